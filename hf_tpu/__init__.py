@@ -1,0 +1,17 @@
+"""hf-tpu: Hugging Face libraries on Google TPUs through TorchTPU, and an emulated TPU to develop on.
+
+Importing this package does nothing heavy: the device is set up by the ``torch.backends``
+autoload entry point (``HF_TPU_EMULATE=1`` for the emulator) or by ``hf_tpu.emulator.enable()``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "backend"]
+
+
+def backend() -> str:
+    """Which TPU this process uses: ``"tpu"`` (TorchTPU), ``"emulated"`` or ``"none"``."""
+    from ._backend import backend as _backend
+
+    return _backend()

@@ -1,0 +1,35 @@
+"""Entry point of the ``torch.backends`` group: runs inside ``import torch``.
+
+It must be cheap when emulation is off and must never make ``import torch`` fail, so
+problems become one warning. Torch itself honours ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def emulation_requested() -> bool:
+    return os.environ.get("HF_TPU_EMULATE", "").strip().lower() in _TRUE
+
+
+def autoload() -> None:
+    """Real TPU: leave it alone. ``HF_TPU_EMULATE=1``: set up the emulated TPU. Otherwise: nothing."""
+    if not emulation_requested():
+        return
+    try:
+        from ._backend import real_tpu_present
+
+        if real_tpu_present():
+            warnings.warn(
+                "hf-tpu: HF_TPU_EMULATE=1 is set but a real TPU is present; using the real TPU.", stacklevel=2
+            )
+            return
+        from . import emulator
+
+        emulator.enable()
+    except Exception as err:  # never break `import torch`
+        warnings.warn(f"hf-tpu: the emulated TPU was not set up: {err}", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,62 @@
+"""Which TPU this process has: a real one (TorchTPU), the emulator, or none.
+
+Detection is cheap on purpose: it runs inside ``import torch`` (autoload).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+
+# PCI device ids of TPU chips (vendor 0x1ae0, Google), as TorchTPU's hardware table lists them.
+_TPU_PCI_IDS = frozenset({"0x005e", "0x0062", "0x0063", "0x006f", "0x0076"})
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def pci_tpu_count() -> int:
+    """TPU chips exposed to this host through VFIO, counted the way TorchTPU counts them."""
+    count = 0
+    for dev in glob.glob("/sys/bus/pci/devices/*"):
+        if _read(os.path.join(dev, "vendor")) != "0x1ae0":
+            continue
+        if _read(os.path.join(dev, "device")) not in _TPU_PCI_IDS:
+            continue
+        group = os.path.basename(os.path.realpath(os.path.join(dev, "iommu_group")))
+        if os.path.exists(f"/dev/vfio/{group}"):
+            count += 1
+    return count
+
+
+def real_tpu_present() -> bool:
+    """True when TorchTPU is installed and a TPU chip is attached (or TorchTPU already claimed "tpu")."""
+    if importlib.util.find_spec("torch_tpu") is None:
+        return False
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and "torch_tpu" in sys.modules:
+        try:
+            if torch._C._get_privateuse1_backend_name() == "tpu":
+                return True
+        except AttributeError:
+            pass
+    return pci_tpu_count() > 0
+
+
+def backend() -> str:
+    """``"tpu"`` (real TorchTPU), ``"emulated"``, or ``"none"``."""
+    from . import emulator
+
+    if emulator.is_enabled():
+        return "emulated"
+    if real_tpu_present():
+        return "tpu"
+    return "none"

@@ -1,0 +1,210 @@
+// The emulated chip's HBM: host memory with CUDA-style accounting and a hard capacity.
+//
+// There is no caching: memory is returned to the host as soon as a tensor dies, so
+// "reserved" always equals "allocated". What matters for users is that the numbers
+// torch.accelerator reports and the point at which a model stops fitting behave like
+// a chip with the emulated generation's HBM.
+#include "tpu_core.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <mutex>
+#include <sstream>
+
+namespace hf_tpu {
+namespace {
+
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+std::string format_bytes(int64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  std::ostringstream os;
+  os.precision(u == 0 ? 0 : 2);
+  os << std::fixed << v << " " << units[u];
+  return os.str();
+}
+
+class TpuAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    const c10::Device device(kTpu, 0);
+    if (nbytes == 0) {
+      return {nullptr, nullptr, &noop_delete, device};
+    }
+    reserve(nbytes);
+    void* ptr = nullptr;
+    try {
+      ptr = c10::alloc_cpu(nbytes);
+    } catch (...) {
+      release(nbytes);
+      throw;
+    }
+    auto* ctx = new OwnedBlock{ptr, nbytes};
+    return {ptr, ctx, &delete_owned, device};
+  }
+
+  c10::DataPtr adopt(const c10::Storage& cpu_storage) {
+    const c10::Device device(kTpu, 0);
+    void* ptr = const_cast<void*>(cpu_storage.data_ptr().get());
+    const size_t nbytes = cpu_storage.nbytes();
+    if (ptr == nullptr || nbytes == 0) {
+      // Keep the (empty) CPU storage alive anyway: its DataPtr may carry a context.
+      auto* ctx = new AdoptedBlock{cpu_storage, 0};
+      return {ptr, ctx, &delete_adopted, device};
+    }
+    reserve(nbytes);
+    auto* ctx = new AdoptedBlock{cpu_storage, nbytes};
+    return {ptr, ctx, &delete_adopted, device};
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  bool initialized() override {
+    return true;
+  }
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+
+  DeviceStats getDeviceStats(c10::DeviceIndex /*device*/) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex /*device*/) override {
+    // TorchTPU 0.2.0 does not implement this either; mirror its message.
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, "torch.accelerator.memory.reset_accumulated_memory_stats is not implemented for TPU.");
+  }
+
+  void resetPeakStats(c10::DeviceIndex /*device*/) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* arr : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
+                      &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes}) {
+      for (auto& s : *arr) {
+        s.reset_peak();
+      }
+    }
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex /*device*/) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t used = stats_.reserved_bytes[0].current;
+    return {static_cast<size_t>(std::max<int64_t>(capacity_ - used, 0)), static_cast<size_t>(capacity_)};
+  }
+
+  void set_capacity(int64_t bytes) {
+    TORCH_CHECK(bytes > 0, "HBM capacity must be positive, got ", bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    capacity_ = bytes;
+  }
+  int64_t capacity() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return capacity_;
+  }
+
+ private:
+  struct OwnedBlock {
+    void* ptr;
+    size_t nbytes;
+  };
+  struct AdoptedBlock {
+    c10::Storage storage;
+    size_t nbytes;
+  };
+
+  static void noop_delete(void* /*ctx*/) {}
+  static void delete_owned(void* ctx) {
+    auto* block = static_cast<OwnedBlock*>(ctx);
+    c10::free_cpu(block->ptr);
+    instance().release(block->nbytes);
+    delete block;
+  }
+  static void delete_adopted(void* ctx) {
+    auto* block = static_cast<AdoptedBlock*>(ctx);
+    if (block->nbytes > 0) {
+      instance().release(block->nbytes);
+    }
+    delete block;
+  }
+
+ public:
+  static TpuAllocator& instance();
+
+ private:
+  void reserve(size_t nbytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t in_use = stats_.reserved_bytes[0].current;
+    if (in_use + static_cast<int64_t>(nbytes) > capacity_) {
+      stats_.num_ooms += 1;
+      TORCH_CHECK_WITH(
+          OutOfMemoryError, false, "TPU out of memory on tpu:0 (emulated): tried to allocate ",
+          format_bytes(nbytes), "; ", format_bytes(in_use), " already in use of the chip's ",
+          format_bytes(capacity_), " HBM (", format_bytes(std::max<int64_t>(capacity_ - in_use, 0)),
+          " free). Free tensors you no longer need, shard the model over more chips, or raise the "
+          "emulated capacity with HF_TPU_EMULATOR_HBM (e.g. HF_TPU_EMULATOR_HBM=64GiB).");
+    }
+    for (auto* arr : {&stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
+                      &stats_.requested_bytes}) {
+      (*arr)[0].increase(nbytes);
+      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].increase(nbytes);
+    }
+    for (auto* arr : {&stats_.allocation, &stats_.segment, &stats_.active}) {
+      (*arr)[0].increase(1);
+      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].increase(1);
+    }
+    stats_.num_device_alloc += 1;
+  }
+
+  void release(size_t nbytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* arr : {&stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
+                      &stats_.requested_bytes}) {
+      (*arr)[0].decrease(nbytes);
+      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].decrease(nbytes);
+    }
+    for (auto* arr : {&stats_.allocation, &stats_.segment, &stats_.active}) {
+      (*arr)[0].decrease(1);
+      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].decrease(1);
+    }
+    stats_.num_device_free += 1;
+  }
+
+  std::mutex mutex_;
+  DeviceStats stats_;
+  int64_t capacity_ = int64_t{32} << 30;  // TPU v6e; Python sets the generation's value.
+};
+
+TpuAllocator& TpuAllocator::instance() {
+  static TpuAllocator* allocator = new TpuAllocator();  // never destroyed: tensors may outlive statics
+  return *allocator;
+}
+
+}  // namespace
+
+c10::DeviceAllocator* device_allocator() {
+  return &TpuAllocator::instance();
+}
+void set_capacity(int64_t bytes) {
+  TpuAllocator::instance().set_capacity(bytes);
+}
+int64_t capacity() {
+  return TpuAllocator::instance().capacity();
+}
+c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage) {
+  return TpuAllocator::instance().adopt(cpu_storage);
+}
+
+// Registered through a function-local static so the object exists before first use.
+static c10::AllocatorRegisterer<kTpu> g_register_allocator(&TpuAllocator::instance());
+
+}  // namespace hf_tpu

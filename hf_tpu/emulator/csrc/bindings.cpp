@@ -1,0 +1,93 @@
+// Python surface of the core (`hf_tpu.emulator._C`): capacity, counters, the transfer
+// tracker hook and the CPU-alias helpers the compile backend needs.
+#include "tpu_core.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include <array>
+#include <mutex>
+
+namespace hf_tpu {
+
+std::vector<std::string> route_composites_to_cpu();
+
+namespace {
+
+std::array<Counter, 3> g_counters;
+std::atomic<bool> g_tracking{false};
+std::mutex g_tracker_mutex;
+py::object* g_tracker = nullptr;  // leaked on purpose: must not be destroyed after Python finalises
+
+}  // namespace
+
+Counter& counter(Event e) {
+  return g_counters[static_cast<int>(e)];
+}
+
+void record_event(Event e, int64_t nbytes, const char* what) {
+  auto& c = counter(e);
+  c.count.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(nbytes, std::memory_order_relaxed);
+  if (e == Event::kDeviceToHost) {  // a device->host copy waits for the device: a sync too
+    auto& s = counter(Event::kSync);
+    s.count.fetch_add(1, std::memory_order_relaxed);
+    s.bytes.fetch_add(nbytes, std::memory_order_relaxed);
+  }
+  if (!g_tracking.load(std::memory_order_acquire)) {
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  py::object tracker;
+  {
+    std::lock_guard<std::mutex> lock(g_tracker_mutex);
+    if (g_tracker == nullptr) {
+      return;
+    }
+    tracker = *g_tracker;
+  }
+  tracker(static_cast<int>(e), nbytes, what);
+}
+
+}  // namespace hf_tpu
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace hf_tpu;
+  m.doc() = "Core of the hf-tpu emulated TPU (CPU-backed PrivateUse1 device).";
+  m.def("route_composites_to_cpu", &route_composites_to_cpu,
+        "Register the fallback for composite ops that must run their CPU kernel; returns their names.");
+  m.def("default_generator", [] {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator()));
+  }, "The device's default torch.Generator (one object per process).");
+  m.def("set_capacity", &set_capacity, py::arg("nbytes"));
+  m.def("capacity", &capacity);
+  m.def("counters", [] {
+    py::dict out;
+    const char* names[] = {"host_to_device", "device_to_host", "syncs"};
+    for (int i = 0; i < 3; ++i) {
+      auto& c = counter(static_cast<Event>(i));
+      out[names[i]] = py::make_tuple(c.count.load(), c.bytes.load());
+    }
+    return out;
+  });
+  m.def("set_tracker", [](py::object fn) {
+    std::lock_guard<std::mutex> lock(g_tracker_mutex);
+    if (fn.is_none()) {
+      g_tracking.store(false, std::memory_order_release);
+      delete g_tracker;
+      g_tracker = nullptr;
+    } else {
+      delete g_tracker;
+      g_tracker = new py::object(std::move(fn));
+      g_tracking.store(true, std::memory_order_release);
+    }
+  });
+  m.def("cpu_alias", [](const at::Tensor& t) {
+    TORCH_CHECK(t.device().type() == kTpu, "cpu_alias expects a tpu tensor, got ", t.device());
+    return cpu_alias(t);
+  }, "A CPU tensor over the same memory as a tpu tensor (no copy).");
+  m.def("wrap_cpu", [](const at::Tensor& t) {
+    TORCH_CHECK(t.is_cpu(), "wrap_cpu expects a cpu tensor, got ", t.device());
+    return wrap_cpu_tensor(t);
+  }, "A tpu tensor over the memory of a CPU tensor (no copy; counted as device memory).");
+}

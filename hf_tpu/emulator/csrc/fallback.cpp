@@ -1,0 +1,293 @@
+// The boxed fallback: every aten op without a native kernel runs its CPU kernel on
+// zero-copy CPU aliases of the device tensors. In-place and out= results land in
+// device memory; fresh outputs are adopted as device tensors without a copy.
+#include "tpu_core.h"
+
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <vector>
+
+namespace hf_tpu {
+namespace {
+
+// Per-call bookkeeping: which CPU alias stands for which device tensor/storage.
+class AliasMap {
+ public:
+  at::Tensor to_cpu(const at::Tensor& t) {
+    c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+    at::Tensor alias;
+    for (const auto& s : storages_) {
+      if (s.device == key) {
+        alias = cpu_tensor_over_alias(s.cpu, t);
+        break;
+      }
+    }
+    if (!alias.defined()) {
+      alias = cpu_alias(t);
+      storages_.push_back({key, alias.storage(), t.storage(), t.key_set()});
+    }
+    tensors_.push_back({alias.unsafeGetTensorImpl(), t, alias});
+    return alias;
+  }
+
+  at::Tensor to_device(const at::Tensor& out) {
+    if (!out.defined() || out.device().type() == kTpu) {
+      return out;
+    }
+    for (const auto& t : tensors_) {
+      if (t.alias_impl == out.unsafeGetTensorImpl()) {
+        return t.device;  // in-place / out= result: the caller's own tensor
+      }
+    }
+    c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
+    for (const auto& s : storages_) {
+      if (s.cpu.unsafeGetStorageImpl() == storage) {
+        return device_view(s, out);  // a view of an input
+      }
+    }
+    for (const auto& f : fresh_) {
+      if (f.cpu == storage) {
+        return device_view(f.entry, out);  // several outputs over one new buffer
+      }
+    }
+    at::Tensor wrapped = wrap_cpu_tensor(out);
+    fresh_.push_back({storage, {nullptr, out.storage(), wrapped.storage(), wrapped.key_set()}});
+    return wrapped;
+  }
+
+  // After the CPU kernel: an out= argument the kernel resized must take the new
+  // geometry (and memory, if it was reallocated) back into the device tensor.
+  void write_back_resized() {
+    for (const auto& t : tensors_) {
+      at::TensorImpl* dev = t.device.unsafeGetTensorImpl();
+      const at::Tensor& alias = t.alias;
+      if (alias.storage().data_ptr().get() != t.device.storage().data_ptr().get()) {
+        c10::StorageImpl* dst = t.device.storage().unsafeGetStorageImpl();
+        dst->set_data_ptr_noswap(adopt_cpu_storage(alias.storage()));
+        dst->set_nbytes(alias.storage().nbytes());
+      }
+      if (alias.sizes() != t.device.sizes() || alias.strides() != t.device.strides() ||
+          alias.storage_offset() != t.device.storage_offset()) {
+        dev->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
+      }
+    }
+  }
+
+ private:
+  struct StorageEntry {
+    c10::StorageImpl* device;  // null for fresh outputs
+    c10::Storage cpu;
+    c10::Storage device_storage;
+    c10::DispatchKeySet key_set;
+  };
+  struct TensorEntry {
+    at::TensorImpl* alias_impl;
+    at::Tensor device;
+    at::Tensor alias;
+  };
+  struct FreshEntry {
+    c10::StorageImpl* cpu;
+    StorageEntry entry;
+  };
+
+  static at::Tensor cpu_tensor_over_alias(const c10::Storage& cpu_storage, const at::Tensor& like) {
+    auto out = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(cpu_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), like.dtype());
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+    if (like.is_conj()) {
+      out._set_conj(true);
+    }
+    if (like.is_neg()) {
+      out._set_neg(true);
+    }
+    return out;
+  }
+
+  static at::Tensor device_view(const StorageEntry& s, const at::Tensor& out) {
+    auto view = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(s.device_storage),
+                                                         s.key_set, out.dtype());
+    view.unsafeGetTensorImpl()->set_sizes_and_strides(out.sizes(), out.strides(), out.storage_offset());
+    if (out.is_conj()) {
+      view._set_conj(true);
+    }
+    if (out.is_neg()) {
+      view._set_neg(true);
+    }
+    return view;
+  }
+
+  std::vector<StorageEntry> storages_;
+  std::vector<TensorEntry> tensors_;
+  std::vector<FreshEntry> fresh_;
+};
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() != c10::TypeKind::OptionalType) {
+    return false;
+  }
+  return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+[[noreturn]] void mixed_device_error(const c10::OperatorHandle& op, const std::string& arg_name) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu! "
+                     "(when checking argument for argument ", arg_name, " in method ", op.schema().name(),
+              "). Move the tensor with .to(\"tpu\") first.");
+}
+
+void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t num_args = arguments.size();
+  const size_t begin = stack->size() - num_args;
+
+  AliasMap aliases;
+  bool saw_tpu = false;
+  bool saw_tpu_device_arg = false;
+  bool saw_tpu_generator = false;
+  const std::string* cpu_arg = nullptr;
+
+  auto convert = [&](const at::Tensor& t, const c10::Argument& arg, bool allow_cpu) -> at::Tensor {
+    if (!t.defined()) {
+      return t;
+    }
+    if (t.device().type() == kTpu) {
+      saw_tpu = true;
+      return aliases.to_cpu(t);
+    }
+    if (!allow_cpu && t.is_cpu() && t.dim() > 0 && cpu_arg == nullptr) {
+      cpu_arg = &arg.name();
+    }
+    return t;
+  };
+
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& iv = (*stack)[begin + i];
+    const auto& arg = arguments[i];
+    if (iv.isTensor()) {
+      iv = convert(iv.toTensor(), arg, false);
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> converted;
+      converted.reserve(list.size());
+      for (const at::Tensor& t : list) {
+        converted.push_back(convert(t, arg, false));
+      }
+      iv = std::move(converted);
+    } else if (iv.isOptionalTensorList()) {
+      // Index lists (index, index_put_): CUDA accepts CPU index tensors here too.
+      auto list = iv.toOptionalTensorList();
+      c10::List<std::optional<at::Tensor>> converted;
+      converted.reserve(list.size());
+      for (const std::optional<at::Tensor>& t : list) {
+        converted.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t, arg, true)) : std::nullopt);
+      }
+      iv = std::move(converted);
+    } else if (iv.isDevice()) {
+      if (iv.toDevice().type() == kTpu) {
+        saw_tpu_device_arg = true;
+        iv = c10::Device(c10::DeviceType::CPU);
+      }
+    } else if (iv.isGenerator()) {
+      const at::Generator& gen = iv.toGenerator();
+      if (is_tpu_generator(gen)) {
+        saw_tpu_generator = true;
+        iv = cpu_generator_of(gen);
+      }
+    } else if (iv.isNone() && is_optional_generator(arg)) {
+      // Draw from the device's default generator, not the CPU's.
+      iv = cpu_generator_of(default_generator());
+    }
+  }
+
+  if (!saw_tpu && !saw_tpu_device_arg) {
+    TORCH_CHECK(!saw_tpu_generator, "Expected a 'cpu' device type for generator but found 'tpu' (in ",
+                schema.name(), "): a tpu Generator can only draw into tpu tensors.");
+  }
+  if (saw_tpu && cpu_arg != nullptr) {
+    mixed_device_error(op, *cpu_arg);
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  aliases.write_back_resized();
+  const size_t num_returns = schema.returns().size();
+  const size_t rbegin = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& iv = (*stack)[rbegin + i];
+    if (iv.isTensor()) {
+      iv = aliases.to_device(iv.toTensor());
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> converted;
+      converted.reserve(list.size());
+      for (const at::Tensor& t : list) {
+        converted.push_back(aliases.to_device(t));
+      }
+      iv = std::move(converted);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+// Composite kernels beat a backend fallback. Route to the CPU kernels (1) the ops whose
+// composite would call a *_overrideable backend hook, and (2) the ops that have both a
+// CPU kernel and a CompositeExplicitAutograd one, so results are bit-identical to CPU.
+std::vector<std::string> route_composites_to_cpu() {
+  static std::once_flag once;
+  static std::vector<std::string> routed;
+  std::call_once(once, [] {
+    static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    auto& dispatcher = c10::Dispatcher::singleton();
+    std::vector<std::string> names = {"convolution", "convolution_backward"};
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) {
+        continue;
+      }
+      auto handle = dispatcher.findOp(name);
+      if (handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
+          handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+          !handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+        names.push_back(name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name));
+      }
+    }
+    for (const auto& name : names) {
+      lib.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+      routed.push_back(name);
+    }
+  });
+  return routed;
+}
+
+}  // namespace hf_tpu
+
+namespace at::autocast {
+namespace {
+// Autocast on "tpu": the same op lists and policies as CUDA, bf16 by default.
+#define KERNEL_TPU_LOW_PRECISION_FP(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define KERNEL_TPU_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+#define KERNEL_TPU_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define KERNEL_TPU_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  AT_FORALL_LOWER_PRECISION_FP(KERNEL_TPU_LOW_PRECISION_FP)
+  AT_FORALL_FP32(KERNEL_TPU_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(KERNEL_TPU_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+  AT_FORALL_PROMOTE(KERNEL_TPU_PROMOTE)
+}
+
+}  // namespace
+}  // namespace at::autocast

@@ -1,0 +1,216 @@
+// Native kernels: the ops that create, view, resize and copy device memory. Everything
+// else goes through the boxed fallback (fallback.cpp), which needs exactly these.
+#include "tpu_core.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/library.h>
+
+namespace hf_tpu {
+
+bool has_real_storage(const at::Tensor& t) {
+  return t.has_storage() && !t.key_set().has(c10::DispatchKey::Python) &&
+         t.storage().device_type() == kTpu;
+}
+
+namespace {
+
+at::Tensor cpu_tensor_over(c10::Storage storage, const at::Tensor& like) {
+  auto out = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), like.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) {
+    out._set_conj(true);
+  }
+  if (like.is_neg()) {
+    out._set_neg(true);
+  }
+  return out;
+}
+
+void check_device_index(std::optional<c10::Device> device) {
+  if (device.has_value() && device->has_index()) {
+    TORCH_CHECK(device->index() == 0, "Invalid device ", device->str(),
+                ": this process has one TPU chip, tpu:0 (TorchTPU gives each process a single chip).");
+  }
+}
+
+}  // namespace
+
+at::Tensor cpu_alias(const at::Tensor& t) {
+  const auto& storage = t.storage();
+  // Non-owning view of the device memory; resizable so an out= kernel may grow it
+  // (the fallback adopts the new memory into the device storage afterwards).
+  c10::Storage alias(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
+      c10::DataPtr(const_cast<void*>(storage.data_ptr().get()), c10::Device(c10::DeviceType::CPU)),
+      c10::GetCPUAllocator(), /*resizable=*/true));
+  return cpu_tensor_over(std::move(alias), t);
+}
+
+at::Tensor cpu_standin(const at::Tensor& t) {
+  const auto nbytes = at::detail::computeStorageNbytes(t.sym_sizes(), t.sym_strides(), t.dtype().itemsize(),
+                                                       t.sym_storage_offset());
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes.guard_int(__FILE__, __LINE__),
+      c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr, /*resizable=*/false));
+  auto out = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.requires_grad()) {
+    out.unsafeGetTensorImpl()->set_requires_grad(true);
+  }
+  return out;
+}
+
+at::Tensor wrap_cpu_tensor(const at::Tensor& cpu) {
+  c10::Storage device_storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), cpu.storage().nbytes(), adopt_cpu_storage(cpu.storage()),
+      device_allocator(), /*resizable=*/true));
+  auto out = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(device_storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), cpu.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+  if (cpu.is_conj()) {
+    out._set_conj(true);
+  }
+  if (cpu.is_neg()) {
+    out._set_neg(true);
+  }
+  return out;
+}
+
+namespace {
+
+constexpr c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> /*pin_memory*/,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  check_device_index(device);
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "TPU tensors support only the strided layout, got ",
+              *layout);
+  return at::detail::empty_generic(size, device_allocator(), kTpuKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> /*pin_memory*/) {
+  check_device_index(device);
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "TPU tensors support only the strided layout, got ",
+              *layout);
+  return at::detail::empty_strided_generic(size, stride, device_allocator(), kTpuKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  return at::native::resize_(self, size, memory_format);
+}
+
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t storage_offset,
+                               c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return at::native::set_storage_cpu_(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return at::native::set_storage_cpu_(self, std::move(storage), 0, {0}, {});
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  const bool src_tpu = self.device().type() == kTpu;
+  const bool dst_tpu = dst.device().type() == kTpu;
+  TORCH_CHECK((src_tpu || self.is_cpu()) && (dst_tpu || dst.is_cpu()),
+              "Copies with the emulated TPU support cpu and tpu tensors, got ", self.device(), " -> ",
+              dst.device());
+  at::Tensor src_cpu = src_tpu ? cpu_alias(self) : self;
+  at::Tensor dst_cpu = dst_tpu ? cpu_alias(dst) : dst;
+  dst_cpu.copy_(src_cpu);
+  if (src_tpu && !dst_tpu) {
+    record_event(Event::kDeviceToHost, static_cast<int64_t>(dst.nbytes()), "copy to cpu");
+  } else if (!src_tpu && dst_tpu) {
+    record_event(Event::kHostToDevice, static_cast<int64_t>(dst.nbytes()), "copy to tpu");
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  record_event(Event::kSync, static_cast<int64_t>(self.dtype().itemsize()), "item");
+  return at::_local_scalar_dense(cpu_alias(self));
+}
+
+// CUDA (hence TorchTPU and the models that branch on device type) accepts integer
+// inputs to histc; the CPU kernel does not. Compute in float and cast back.
+at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, const c10::Scalar& max) {
+  at::Tensor cpu = cpu_alias(self);
+  if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
+    return wrap_cpu_tensor(at::histc(cpu.to(at::kFloat), bins, min, max).to(self.scalar_type()));
+  }
+  return wrap_cpu_tensor(at::histc(cpu, bins, min, max));
+}
+
+// SDPA picks its backend through a DispatchStub, not the dispatcher: answer as the CPU
+// would, on data-less stand-ins (also safe for FakeTensors while Dynamo traces).
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  std::optional<at::Tensor> mask;
+  if (attn_mask.has_value() && attn_mask->defined()) {
+    mask = cpu_standin(*attn_mask);
+  }
+  return at::_fused_sdp_choice(cpu_standin(query), cpu_standin(key), cpu_standin(value), mask, dropout_p,
+                               is_causal, scale, enable_gqa);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
+  m.impl("set_.source_Storage", TORCH_FN(set_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("histc", TORCH_FN(histc));
+}
+
+}  // namespace hf_tpu
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &hf_tpu::fused_sdp_choice);
+}  // namespace at::native

@@ -1,0 +1,457 @@
+"""``torch.tpu`` for the emulated TPU, with TorchTPU 0.2.0's public names and signatures.
+
+Exactly TorchTPU's 30 public names are exported; names it deliberately lacks
+(``empty_cache``, ``mem_get_info``, ``memory_allocated``, ``is_bf16_supported``...) stay
+absent because Hugging Face libraries branch on ``hasattr``. Memory statistics are read
+through ``torch.accelerator``, as on TorchTPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import sys
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import _build
+from .api_stage import experimental, internal
+from .generations import Generation, format_bytes
+
+PUBLIC_NAMES = (
+    "is_available",
+    "device_count",
+    "current_device",
+    "set_device",
+    "synchronize",
+    "set_stream",
+    "current_stream",
+    "device",
+    "initial_seed",
+    "get_rng_state",
+    "set_rng_state",
+    "manual_seed",
+    "manual_seed_all",
+    "default_generators",
+    "is_initialized",
+    "get_amp_supported_dtype",
+    "get_device_name",
+    "get_device_properties",
+    "Stream",
+    "Event",
+    "stream",
+    "default_stream",
+    "device_of",
+    "EagerMode",
+    "eager_mode",
+    "set_eager_mode",
+    "Precision",
+    "precision",
+    "allow_excess_precision",
+    "topology_aware_mesh",
+)
+SUBMODULES = ("compiler", "distributed", "profiler")
+
+_AMP_DTYPES = [
+    torch.bfloat16,
+    torch.bool,
+    torch.complex128,
+    torch.complex64,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.float8_e4m3fn,
+    torch.float8_e4m3fnuz,
+    torch.float8_e5m2,
+    torch.float8_e5m2fnuz,
+    torch.float8_e8m0fnu,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.int8,
+    torch.uint16,
+    torch.uint32,
+    torch.uint64,
+    torch.uint8,
+]
+
+
+class EagerMode(enum.Enum):
+    """TorchTPU's eager execution modes (the emulator always runs ops one by one, synchronously)."""
+
+    DEFER_AND_FUSE = "DEFER_AND_FUSE"
+    DEFER_NEVER = "DEFER_NEVER"
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = "DEFER_NEVER_AND_LAUNCH_BLOCKING"
+
+
+class Precision(enum.Enum):
+    """StableHLO ``dot_general`` precision (recorded, not emulated: CPU kernels run in full fp32)."""
+
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+
+@dataclass(frozen=True)
+class _TpuDeviceProperties:
+    name: str
+    total_memory: int
+    multi_processor_count: int = 1
+
+
+@dataclass
+class PerfStats:
+    """Compilation-cache telemetry, as ``torch.tpu._get_cache_stats()`` returns it."""
+
+    num_cache_reqs: int = 0
+    num_cache_hits: int = 0
+    num_compilations: int = 0
+    peak_compilation_host_memory_bytes: int = 0
+    per_entry_stats: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _check_tpu_device(device: Any, what: str) -> None:
+    dev = torch.device(device) if not isinstance(device, int) else torch.device("tpu", device)
+    if dev.type != "tpu" or (dev.index is not None and dev.index != 0):
+        raise ValueError(f"{what}: device must be this process's TPU ('tpu' or 'tpu:0'), got {device!r}.")
+
+
+class TpuStream(torch.Stream):
+    """A stream on the emulated chip. XLA orders work by data dependencies; streams exist so FSDP works."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, stream_id: int | None = None, **kwargs: Any):
+        if stream_id is None:
+            return super().__new__(cls, device=device if device is not None else "tpu", priority=priority)
+        base = torch.accelerator.current_stream()
+        return super().__new__(cls, stream_id=stream_id, device_index=0, device_type=base.device_type)
+
+    def query(self) -> bool:
+        raise NotImplementedError("TpuStream.query is not implemented (as on TorchTPU).")
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        raise NotImplementedError("TpuStream.priority_range is not implemented (as on TorchTPU).")
+
+    @property
+    def is_sparse(self) -> bool:
+        return False
+
+    @property
+    def is_dense(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<torch.tpu.TpuStream>"
+
+
+class TpuEvent(torch.Event):
+    """An event on the emulated chip; ``elapsed_time`` is host-measured, as on TorchTPU."""
+
+    def __new__(
+        cls,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+        external: bool = False,
+        device: Any = None,
+    ):
+        return super().__new__(
+            cls, device=device or "tpu", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
+        )
+
+    def wait(self, stream: Any = None) -> None:
+        """A no-op: the emulated device runs every op synchronously."""
+
+    def ipc_handle(self) -> Any:
+        raise NotImplementedError("TpuEvent.ipc_handle is not supported on TPU.")
+
+    @classmethod
+    def from_ipc_handle(cls, device: Any, handle: Any) -> Any:
+        raise NotImplementedError("TpuEvent.from_ipc_handle is not supported on TPU.")
+
+
+class TpuModule(types.ModuleType):
+    """The ``torch.tpu`` module object; a module subclass so that a few names can be properties."""
+
+    def __init__(self, generation: Generation, capacity: int) -> None:
+        super().__init__("torch.tpu", __doc__)
+        self._generation = generation
+        self._capacity = capacity
+        self._eager_mode = EagerMode.DEFER_NEVER
+        if os.environ.get("TORCH_TPU_DEFER_AND_FUSE") == "1":
+            self._eager_mode = EagerMode.DEFER_AND_FUSE
+        if os.environ.get("TORCH_TPU_LAUNCH_BLOCKING") == "1":
+            self._eager_mode = EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+        self._precision = Precision.DEFAULT
+        self._allow_excess_precision = False
+        self._autocast_enabled = False
+        self._autocast_dtype = torch.bfloat16
+        self._default_generators: tuple[torch.Generator, ...] | None = None
+        self.__all__ = list(PUBLIC_NAMES) + list(SUBMODULES)
+        self.EagerMode = EagerMode
+        self.Precision = Precision
+        self.PerfStats = PerfStats
+        self.TpuStream = TpuStream
+        self.TpuEvent = TpuEvent
+        self.PUBLIC_NAMES = PUBLIC_NAMES
+        self.cache_stats = PerfStats()
+
+    def __dir__(self) -> list[str]:
+        return list(self.__all__)
+
+    # ---- properties (module-level read/write attributes on TorchTPU) ----
+    @property
+    def eager_mode(self) -> EagerMode:
+        return self._eager_mode
+
+    @eager_mode.setter
+    def eager_mode(self, mode: EagerMode) -> None:
+        if not isinstance(mode, EagerMode):
+            raise TypeError(f"torch.tpu.eager_mode must be a torch.tpu.EagerMode, got {mode!r}.")
+        self._eager_mode = mode
+
+    @property
+    def allow_excess_precision(self) -> bool:
+        return self._allow_excess_precision
+
+    @allow_excess_precision.setter
+    def allow_excess_precision(self, value: bool) -> None:
+        self._allow_excess_precision = bool(value)
+
+    @property
+    def default_generators(self) -> tuple[torch.Generator, ...]:
+        if self._default_generators is None:
+            self._default_generators = (_build.load().default_generator(),)
+        return self._default_generators
+
+    # ---- internal on TorchTPU: only torch / torch_tpu may call these ----
+    @internal("is_available")
+    def is_available(self) -> bool:
+        return True
+
+    @internal("device_count")
+    def device_count(self) -> int:
+        return 1
+
+    @internal("current_device_index")
+    def current_device(self) -> int:
+        return torch.accelerator.current_device_index()
+
+    @internal("set_device_index")
+    def set_device(self, device: int | str | torch.device) -> None:
+        if isinstance(device, int):
+            index = device
+        elif isinstance(device, (str, torch.device)):
+            dev = torch.device(device)
+            if dev.type != "tpu":
+                raise ValueError(f"Expected a tpu device, got {device!r}.")
+            index = 0 if dev.index is None else dev.index
+        else:
+            raise TypeError(f"set_device expects an int, str or torch.device, got {type(device).__name__}.")
+        if index != 0:
+            raise ValueError(
+                f"Cannot set TPU device to index {index}, current process is bound to device index 0 "
+                "(one chip per process; launch one process per chip)."
+            )
+
+    @internal("synchronize")
+    def synchronize(self, device: int | None = None) -> None:
+        torch.accelerator.synchronize()
+
+    @internal("set_stream")
+    def set_stream(self, stream: torch.Stream) -> None:
+        torch.accelerator.set_stream(stream)
+
+    @internal("current_stream")
+    def current_stream(self, device: torch.device | None = None) -> TpuStream:
+        return TpuStream(stream_id=torch.accelerator.current_stream().stream_id)
+
+    @internal("random.initial_seed")
+    def initial_seed(self) -> int:
+        return self.default_generators[0].initial_seed()
+
+    @internal("random.get_rng_state")
+    def get_rng_state(self, device: Any = "tpu") -> torch.Tensor:
+        _check_tpu_device(device, "get_rng_state")
+        return self.default_generators[0].get_state()
+
+    # ---- experimental ----
+    @experimental
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = "tpu") -> None:
+        _check_tpu_device(device, "set_rng_state")
+        self.default_generators[0].set_state(new_state)
+
+    @experimental
+    def manual_seed(self, seed: int) -> None:
+        self.default_generators[0].manual_seed(int(seed))
+
+    @experimental
+    def manual_seed_all(self, seed: int) -> None:
+        self.default_generators[0].manual_seed(int(seed))
+
+    @experimental
+    def is_initialized(self) -> bool:
+        return True
+
+    @experimental
+    def get_amp_supported_dtype(self) -> list[torch.dtype]:
+        return list(_AMP_DTYPES)
+
+    @experimental
+    def get_device_name(self, device: Any = None) -> str:
+        return f"{self._generation.name} (emulated on CPU)"
+
+    @experimental
+    def get_device_properties(self, device: Any = None) -> _TpuDeviceProperties:
+        return _TpuDeviceProperties(self.get_device_name(), self._capacity, 1)
+
+    @experimental
+    def Stream(self, device: Any = None, priority: int = 0, **kwargs: Any) -> TpuStream:  # noqa: N802
+        return TpuStream(device, priority, **kwargs)
+
+    @experimental
+    def Event(  # noqa: N802
+        self,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+        external: bool = False,
+        device: Any = None,
+    ) -> TpuEvent:
+        return TpuEvent(enable_timing, blocking, interprocess, external, device)
+
+    @experimental
+    @contextlib.contextmanager
+    def stream(self, stream: TpuStream | None) -> Iterator[None]:
+        if stream is None:
+            yield
+            return
+        previous = torch.accelerator.current_stream()
+        torch.accelerator.set_stream(stream)
+        try:
+            yield
+        finally:
+            torch.accelerator.set_stream(previous)
+
+    @experimental
+    def default_stream(self, device: Any = None) -> TpuStream:
+        return TpuStream(stream_id=0)
+
+    @experimental
+    @contextlib.contextmanager
+    def device_of(self, obj: Any) -> Iterator[None]:
+        yield  # one chip per process: nothing to switch
+
+    @experimental
+    @contextlib.contextmanager
+    def set_eager_mode(self, mode: EagerMode) -> Iterator[None]:
+        previous = self._eager_mode
+        self.eager_mode = mode
+        try:
+            yield
+        finally:
+            self._eager_mode = previous
+
+    @experimental
+    @contextlib.contextmanager
+    def precision(self, mode: Precision) -> Iterator[None]:
+        previous = self._precision
+        self._precision = mode
+        try:
+            yield
+        finally:
+            self._precision = previous
+
+    def topology_aware_mesh(self, mesh_shape: Any, **kwargs: Any) -> torch.Tensor:
+        import warnings
+
+        warnings.warn(
+            "<TorchTpu/ApiStage/DeprecatedApi/> torch.tpu.topology_aware_mesh is deprecated; "
+            "use torch.tpu.distributed.topology_aware_mesh.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.distributed.topology_aware_mesh(mesh_shape, **kwargs)
+
+    # ---- private members PyTorch itself calls ----
+    def _lazy_init(self) -> None:
+        pass
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def _get_generator(self, device: torch.device) -> torch.Generator:
+        return self.default_generators[0]
+
+    def _is_autocast_enabled(self) -> bool:
+        return self._autocast_enabled
+
+    def _set_autocast_enabled(self, enabled: bool) -> None:
+        self._autocast_enabled = bool(enabled)
+
+    def _get_autocast_dtype(self) -> torch.dtype:
+        return self._autocast_dtype
+
+    def _set_autocast_dtype(self, dtype: torch.dtype) -> None:
+        if dtype not in _AMP_DTYPES:
+            raise ValueError(f"Autocast dtype {dtype} is not supported on TPU; use one of {_AMP_DTYPES}.")
+        self._autocast_dtype = dtype
+
+    def _get_compute_capability(self) -> str:
+        return ""
+
+    def _is_triton_capable(self) -> bool:
+        return False
+
+    def _is_gpu(self) -> bool:
+        return False
+
+    def _get_multi_processor_count(self) -> int:
+        return 1
+
+    def _exchange_device(self, device: int) -> int:
+        return 0
+
+    def _maybe_exchange_device(self, device: int) -> int:
+        return 0
+
+    def _get_cache_stats(self) -> PerfStats:
+        return self.cache_stats
+
+    def _get_cache_requests(self) -> int:
+        return self.cache_stats.num_cache_reqs
+
+    def _get_cache_hits(self) -> int:
+        return self.cache_stats.num_cache_hits
+
+    def _get_cache_misses(self) -> int:
+        return self.cache_stats.num_cache_reqs - self.cache_stats.num_cache_hits
+
+    def _clear_cache(self) -> None:
+        self.cache_stats = PerfStats()
+
+    def _hbm_usage_summary(self) -> str:
+        free, total = torch.accelerator.get_memory_info()
+        used = total - free
+        peak = torch.accelerator.max_memory_allocated()
+        return (
+            f"{self._generation.name} (emulated) tpu:0: {format_bytes(used)} in use, {format_bytes(peak)} peak, "
+            f"{format_bytes(free)} free of {format_bytes(total)}"
+        )
+
+
+def build_module(generation: Generation, capacity: int) -> TpuModule:
+    """Create ``torch.tpu`` and its submodules (``compiler``, ``distributed``, ``profiler``)."""
+    from . import submodules
+
+    module = TpuModule(generation, capacity)
+    for name in SUBMODULES:
+        sub = getattr(submodules, f"build_{name}")()
+        setattr(module, name, sub)
+        sys.modules[f"torch.tpu.{name}"] = sub
+    return module
