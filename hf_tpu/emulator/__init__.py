@@ -87,9 +87,7 @@ def enable(generation: str | None = None, hbm: str | int | None = None, *, quiet
         install(gen, capacity)
         _enabled = True
         if not quiet:
-            print(
-                f"hf-tpu: emulated TPU {gen.key} (CPU-backed), 1 chip, {format_bytes(capacity)} HBM",
-                file=sys.stderr,
-                flush=True,
+            sys.stderr.write(
+                f"hf-tpu: emulated TPU {gen.key} (CPU-backed), 1 chip, {format_bytes(capacity)} HBM" + "\n"
             )
         return True

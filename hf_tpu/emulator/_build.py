@@ -50,9 +50,7 @@ def _check_compiler() -> None:
         try:
             import ninja  # noqa: F401  (the PyPI package puts the binary on PATH via its bin dir)
         except ImportError as err:
-            raise RuntimeError(
-                "hf-tpu: building the emulated TPU core needs ninja: `pip install ninja`."
-            ) from err
+            raise RuntimeError("hf-tpu: building the emulated TPU core needs ninja: `pip install ninja`.") from err
 
 
 def load(verbose: bool = False) -> ModuleType:
@@ -68,10 +66,8 @@ def load(verbose: bool = False) -> ModuleType:
     name = _extension_name()
     fresh = not any(build_dir.glob(f"{name}*.so"))
     if fresh:
-        print(
-            "hf-tpu: building the emulated TPU core for this torch version (first use only, ~2-4 min)...",
-            file=sys.stderr,
-            flush=True,
+        sys.stderr.write(
+            "hf-tpu: building the emulated TPU core for this torch version (first use only, ~2-4 min)..." + "\n"
         )
     start = time.perf_counter()
     _module = cpp_extension.load(
@@ -82,5 +78,5 @@ def load(verbose: bool = False) -> ModuleType:
         verbose=verbose,
     )
     if fresh:
-        print(f"hf-tpu: built in {time.perf_counter() - start:.0f} s ({build_dir})", file=sys.stderr, flush=True)
+        sys.stderr.write(f"hf-tpu: built in {time.perf_counter() - start:.0f} s ({build_dir})" + "\n")
     return _module

@@ -24,6 +24,7 @@ def install(generation: Generation, capacity: int) -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False
     )
+    torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's autocast default
     _patch_matmul_precision()
 
 

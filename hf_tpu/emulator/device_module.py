@@ -12,6 +12,7 @@ import contextlib
 import enum
 import os
 import sys
+import time
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from . import _build
-from .api_stage import experimental, internal
+from .api_stage import check_internal, experimental, internal
 from .generations import Generation, format_bytes
 
 PUBLIC_NAMES = (
@@ -160,9 +161,24 @@ class TpuEvent(torch.Event):
         external: bool = False,
         device: Any = None,
     ):
-        return super().__new__(
+        event = super().__new__(
             cls, device=device or "tpu", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
         )
+        event._enable_timing = enable_timing
+        return event
+
+    def record(self, stream: Any = None) -> None:
+        self._host_time = time.perf_counter()
+        super().record(stream)
+
+    def elapsed_time(self, end_event: TpuEvent) -> float:
+        """Milliseconds between two recorded events, measured on the host (as TorchTPU does)."""
+        for event in (self, end_event):
+            if not getattr(event, "_enable_timing", False):
+                raise RuntimeError("elapsed_time requires both events to be created with enable_timing=True.")
+            if not hasattr(event, "_host_time"):
+                raise RuntimeError("Both events must be recorded before calling elapsed_time.")
+        return (end_event._host_time - self._host_time) * 1000.0
 
     def wait(self, stream: Any = None) -> None:
         """A no-op: the emulated device runs every op synchronously."""
@@ -173,6 +189,25 @@ class TpuEvent(torch.Event):
     @classmethod
     def from_ipc_handle(cls, device: Any, handle: Any) -> Any:
         raise NotImplementedError("TpuEvent.from_ipc_handle is not supported on TPU.")
+
+
+class device:  # noqa: N801  (TorchTPU's name)
+    """Context manager selecting the device; only the process's own chip is valid (internal on TorchTPU)."""
+
+    def __init__(self, device: Any) -> None:
+        check_internal("device", "device_index", depth=1)
+        self.idx = -1 if device is None else torch.device("tpu", device).index if isinstance(device, int) else 0
+        if isinstance(device, (str, torch.device)):
+            dev = torch.device(device)
+            self.idx = dev.index or 0
+        if self.idx not in (-1, 0):
+            raise ValueError(f"Cannot set TPU device to index {self.idx}, current process is bound to device index 0.")
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 class TpuModule(types.ModuleType):
@@ -198,6 +233,7 @@ class TpuModule(types.ModuleType):
         self.PerfStats = PerfStats
         self.TpuStream = TpuStream
         self.TpuEvent = TpuEvent
+        self.device = device
         self.PUBLIC_NAMES = PUBLIC_NAMES
         self.cache_stats = PerfStats()
 

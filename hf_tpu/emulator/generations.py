@@ -67,9 +67,7 @@ def parse_bytes(text: str | int, *, name: str = "HF_TPU_EMULATOR_HBM") -> int:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
-            raise ValueError(
-                f"{name}={text!r} is not a size; write it like '64MiB', '8GiB', '1.5GB' or a byte count."
-            )
+            raise ValueError(f"{name}={text!r} is not a size; write it like '64MiB', '8GiB', '1.5GB' or a byte count.")
         value = int(float(match.group(1)) * _UNITS[unit])
     if value <= 0:
         raise ValueError(f"{name}={text!r} must be a positive size.")

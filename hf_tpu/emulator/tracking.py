@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import sysconfig
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -19,12 +20,15 @@ from . import _build
 from .generations import format_bytes
 
 _KINDS = ("host_to_device", "device_to_host", "sync")
+# Frames in these trees are not "the user's": the standard library, installed packages
+# (torch, transformers...) and the emulator itself. The first frame outside them is reported.
 _SKIP_DIRS = tuple(
-    os.path.dirname(p) + os.sep
-    for p in (
-        __import__("torch").__file__,
-        __file__,
-        contextlib.__file__,
+    sorted(
+        {
+            os.path.join(p, "")
+            for p in (sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"), sysconfig.get_path("platlib"))
+        }
+        | {os.path.join(os.path.dirname(__file__), "")}
     )
 )
 

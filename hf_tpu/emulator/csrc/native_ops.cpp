@@ -214,3 +214,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &hf_tpu::fused_sdp_choice);
 }  // namespace at::native
+
+// Copies carry conj/neg bits over to the CPU aliases and the CPU copy resolves them, so
+// the Conjugate/Negative fallbacks must not materialise them first (they would clone,
+// which copies, which calls _copy_from again: endless recursion).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}

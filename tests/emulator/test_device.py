@@ -1,0 +1,177 @@
+"""Accelerator identity and the torch.tpu surface, as TorchTPU 0.2.0 presents them."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+
+def test_accelerator_answers_like_torchtpu():
+    assert torch.accelerator.current_accelerator() == torch.device("tpu")
+    assert torch._C._get_accelerator().type == "tpu"
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.device_count() == 1
+    assert torch.accelerator.current_device_index() == 0
+    torch.accelerator.set_device_index(0)
+    torch.accelerator.set_device_index(torch.device("tpu:0"))
+    torch.accelerator.synchronize()
+    assert torch.get_device_module() is torch.tpu
+    assert torch.get_device_module("tpu").__name__ == "torch.tpu"
+
+
+def test_one_chip_per_process():
+    with pytest.raises(RuntimeError, match="bound to device index 0"):
+        torch.accelerator.set_device_index(1)
+    with pytest.raises(RuntimeError, match="one TPU chip"):
+        torch.empty(2, device="tpu:1")
+
+
+def test_tensor_and_module_methods():
+    t = torch.ones(2).tpu()
+    assert t.is_tpu and t.device == torch.device("tpu:0")
+    m = torch.nn.Linear(2, 2).tpu()
+    assert m.weight.device.type == "tpu"
+
+
+def test_public_names_exactly():
+    expected = set(torch.tpu.PUBLIC_NAMES) | {"compiler", "distributed", "profiler"}
+    assert set(dir(torch.tpu)) == expected
+    assert len(torch.tpu.PUBLIC_NAMES) == 30
+    for name in torch.tpu.PUBLIC_NAMES:
+        assert hasattr(torch.tpu, name), name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "empty_cache",
+        "mem_get_info",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "memory_stats",
+        "reset_peak_memory_stats",
+        "is_bf16_supported",
+        "get_device_capability",
+        "MemPool",
+        "amp",
+        "random",
+    ],
+)
+def test_names_torchtpu_lacks_stay_absent(name):
+    # transformers and diffusers branch on hasattr(torch.tpu, ...): adding them changes their code paths.
+    assert not hasattr(torch.tpu, name)
+
+
+@pytest.mark.parametrize(
+    ("call", "replacement"),
+    [
+        (lambda: torch.tpu.is_available(), "is_available"),
+        (lambda: torch.tpu.device_count(), "device_count"),
+        (lambda: torch.tpu.current_device(), "current_device_index"),
+        (lambda: torch.tpu.set_device(0), "set_device_index"),
+        (lambda: torch.tpu.synchronize(), "synchronize"),
+        (lambda: torch.tpu.current_stream(), "current_stream"),
+        (lambda: torch.tpu.initial_seed(), "random.initial_seed"),
+        (lambda: torch.tpu.get_rng_state(), "random.get_rng_state"),
+    ],
+)
+def test_legacy_api_guard(call, replacement, monkeypatch):
+    monkeypatch.delenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", raising=False)
+    with pytest.raises(RuntimeError, match=rf"internal to TorchTPU.*torch\.accelerator\.{replacement}"):
+        call()
+
+
+def test_legacy_api_guard_can_be_relaxed(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", "1")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert torch.tpu.device_count() == 1
+        torch.tpu.synchronize()
+
+
+def test_framework_code_may_call_internal_apis():
+    # torch itself calls these (e.g. torch.manual_seed -> torch.tpu.manual_seed_all); no error there.
+    torch.manual_seed(3)
+    assert torch.tpu.default_generators[0].initial_seed() == 3
+
+
+def test_set_device_validation(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.tpu.set_device("tpu")
+        with pytest.raises(ValueError, match="Cannot set TPU device to index 1"):
+            torch.tpu.set_device(1)
+        with pytest.raises(ValueError):
+            torch.tpu.set_device("cpu")
+        with pytest.raises(TypeError):
+            torch.tpu.set_device(1.5)
+
+
+def test_device_name_and_properties():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert "emulated" in torch.tpu.get_device_name()
+        assert torch.tpu.get_device_name().startswith("TPU v6e")
+        props = torch.tpu.get_device_properties()
+    assert props.total_memory == torch.accelerator.get_memory_info()[1]
+    assert props.multi_processor_count == 1
+
+
+def test_experimental_api_warns_once():
+    import hf_tpu.emulator.api_stage as stage
+
+    stage._warned.discard("get_amp_supported_dtype")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.tpu.get_amp_supported_dtype()
+        torch.tpu.get_amp_supported_dtype()
+    messages = [str(w.message) for w in caught if "ExperimentalApi" in str(w.message)]
+    assert len(messages) == 1
+
+
+def test_streams_and_events():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = torch.tpu.Stream()
+        assert isinstance(s, torch.Stream) and s.device.type == "tpu"
+        with pytest.raises(NotImplementedError):
+            s.query()
+        e1 = torch.tpu.Event(enable_timing=True)
+        e2 = torch.tpu.Event(enable_timing=True)
+        assert isinstance(e1, torch.Event)
+        e1.record()
+        torch.ones(1000, device="tpu").sum()
+        e2.record()
+        e2.synchronize()
+        assert e1.elapsed_time(e2) >= 0
+        with torch.tpu.stream(s):
+            assert torch.accelerator.current_stream().stream_id == s.stream_id
+        assert torch.accelerator.current_stream().stream_id == 0
+    assert torch.accelerator.current_stream().device.type == "tpu"
+
+
+def test_matmul_precision_default_is_medium():
+    assert torch.get_float32_matmul_precision() == "medium"
+    torch.set_float32_matmul_precision("highest")
+    try:
+        assert torch.get_float32_matmul_precision() == "highest"
+        with pytest.raises(ValueError):
+            torch.set_float32_matmul_precision("fast")
+    finally:
+        torch.set_float32_matmul_precision("medium")
+
+
+def test_eager_mode_and_precision():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.tpu.eager_mode == torch.tpu.EagerMode.DEFER_NEVER
+        with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+            assert torch.tpu.eager_mode == torch.tpu.EagerMode.DEFER_AND_FUSE
+        assert torch.tpu.eager_mode == torch.tpu.EagerMode.DEFER_NEVER
+        with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+            pass
+        assert torch.tpu.allow_excess_precision is False

@@ -1,0 +1,76 @@
+"""Random numbers on the device: reproducible, seedable, and the same engine as CPU."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+
+def test_device_generator_is_reproducible():
+    g = torch.Generator(device="tpu")
+    assert g.device.type == "tpu"
+    g.manual_seed(7)
+    a = torch.randn(5, device="tpu", generator=g)
+    g.manual_seed(7)
+    b = torch.randn(5, device="tpu", generator=g)
+    assert torch.equal(a.cpu(), b.cpu())
+    state = g.get_state()
+    c = torch.rand(3, device="tpu", generator=g)
+    g.set_state(state)
+    assert torch.equal(torch.rand(3, device="tpu", generator=g).cpu(), c.cpu())
+
+
+def test_manual_seed_reaches_the_device_and_matches_cpu_engine():
+    torch.manual_seed(123)
+    a = torch.randn(4, 4, device="tpu")
+    torch.manual_seed(123)
+    b = torch.randn(4, 4)
+    assert torch.equal(a.cpu(), b)  # same engine and seed: same numbers (useful for tests)
+    torch.manual_seed(1)
+    x = torch.rand(3, device="tpu")
+    torch.manual_seed(1)
+    assert torch.equal(torch.rand(3, device="tpu").cpu(), x.cpu())
+
+
+def test_device_and_cpu_streams_are_separate():
+    torch.manual_seed(5)
+    torch.rand(10)  # drawing on CPU must not advance the device generator
+    a = torch.rand(3, device="tpu")
+    torch.manual_seed(5)
+    b = torch.rand(3, device="tpu")
+    assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_rng_state_apis():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.tpu.manual_seed(11)
+        state = torch.accelerator.get_rng_state() if hasattr(torch.accelerator, "get_rng_state") else None
+        gen = torch.tpu.default_generators[0]
+        assert gen is torch.tpu.default_generators[0]
+        s = gen.get_state()
+        x = torch.randn(2, device="tpu")
+        torch.tpu.set_rng_state(s)
+        assert torch.equal(torch.randn(2, device="tpu").cpu(), x.cpu())
+        with pytest.raises(ValueError):
+            torch.tpu.set_rng_state(s, device="cpu")
+    del state
+
+
+def test_dropout_and_multinomial_follow_the_seed():
+    x = torch.ones(100, device="tpu")
+    torch.manual_seed(0)
+    a = torch.nn.functional.dropout(x, 0.5)
+    p = torch.multinomial(torch.ones(10, device="tpu"), 5)
+    torch.manual_seed(0)
+    b = torch.nn.functional.dropout(x, 0.5)
+    q = torch.multinomial(torch.ones(10, device="tpu"), 5)
+    assert torch.equal(a.cpu(), b.cpu()) and torch.equal(p.cpu(), q.cpu())
+
+
+def test_tpu_generator_refused_for_cpu_tensors():
+    g = torch.Generator(device="tpu")
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator"):
+        torch.randn(3, generator=g)

@@ -1,0 +1,183 @@
+"""Real storage semantics on the device: views alias, in-place ops land in place, data_ptrs are real."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def tpu(x: torch.Tensor) -> torch.Tensor:
+    return x.to("tpu")
+
+
+def test_round_trip_all_dtypes():
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int8, torch.bool, torch.complex64):
+        x = (torch.arange(12) % 3).to(dtype).reshape(3, 4)
+        assert torch.equal(tpu(x).cpu(), x)
+
+
+def test_views_alias_device_memory():
+    x = tpu(torch.zeros(4, 4))
+    row = x[1]
+    col = x[:, 2]
+    t = x.t()
+    flat = x.view(16)
+    row.fill_(1.0)
+    col.add_(2.0)
+    assert x._is_view() is False and row._base is x
+    assert flat.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert t.stride() == (1, 4) and not t.is_contiguous()
+    expected = torch.zeros(4, 4)
+    expected[1] = 1.0
+    expected[:, 2] += 2.0
+    assert torch.equal(x.cpu(), expected)
+    assert torch.equal(flat.cpu(), expected.view(16))
+    assert row.storage_offset() == 4 and col.storage_offset() == 2
+
+
+def test_inplace_and_out_results_land_in_device_memory():
+    x = tpu(torch.arange(6.0))
+    ptr = x.data_ptr()
+    x.mul_(2).add_(1)
+    assert x.data_ptr() == ptr
+    out = torch.empty(6, device="tpu")
+    torch.add(x, 1, out=out)
+    assert torch.equal(out.cpu(), torch.arange(6.0) * 2 + 2)
+    # out= with the wrong size is resized, as on CPU/CUDA
+    small = torch.empty(0, device="tpu")
+    torch.mul(x, 2, out=small)
+    assert small.shape == (6,) and small.device.type == "tpu"
+    assert torch.equal(small.cpu(), (torch.arange(6.0) * 2 + 1) * 2)
+
+
+def test_non_contiguous_inputs():
+    a = torch.randn(8, 6)
+    b = torch.randn(6, 8)
+    ta, tb = tpu(a), tpu(b)
+    torch.testing.assert_close((ta.t() @ tb.t()).cpu(), a.t() @ b.t(), rtol=0, atol=0)
+    torch.testing.assert_close(ta[::2, 1::2].exp().cpu(), a[::2, 1::2].exp(), rtol=0, atol=0)
+    torch.testing.assert_close(ta.t().contiguous().cpu(), a.t().contiguous(), rtol=0, atol=0)
+
+
+def test_data_ptr_unique_and_storage_shared_by_views():
+    tensors = [torch.empty(16, device="tpu") for _ in range(8)]
+    ptrs = {t.data_ptr() for t in tensors}
+    assert len(ptrs) == 8 and 0 not in ptrs
+    x = tensors[0]
+    assert x[4:].data_ptr() == x.data_ptr() + 4 * 4
+    assert x[4:].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert x.untyped_storage().device.type == "tpu"
+    assert x.untyped_storage().nbytes() == 64
+
+
+def test_copies_between_devices_and_dtypes():
+    x = torch.randn(5, 3)
+    t = tpu(x)
+    u = t.to(torch.bfloat16)
+    assert u.device.type == "tpu" and u.dtype == torch.bfloat16
+    assert torch.equal(u.cpu(), x.to(torch.bfloat16))
+    v = torch.empty(3, 5, device="tpu")
+    v.copy_(t.t())
+    assert torch.equal(v.cpu(), x.t())
+    w = torch.empty(5, 3)
+    w.copy_(t)
+    assert torch.equal(w, x)
+    assert t.clone().data_ptr() != t.data_ptr()
+
+
+def test_resize_and_set():
+    t = torch.empty(0, device="tpu")
+    t.resize_(10)
+    t.fill_(3.0)
+    assert t.shape == (10,) and torch.equal(t.cpu(), torch.full((10,), 3.0))
+    s = torch.empty(0, device="tpu")
+    s.set_(t.untyped_storage(), 2, (2, 2), (2, 1))
+    assert torch.equal(s.cpu(), torch.full((2, 2), 3.0))
+    s.fill_(1.0)
+    assert t.cpu()[2:6].eq(1.0).all()
+    r = torch.empty(0, device="tpu").set_(t)
+    assert r.data_ptr() == t.data_ptr()
+    storage = t.untyped_storage()
+    storage.resize_(80)
+    assert storage.nbytes() == 80
+
+
+def test_item_tolist_nonzero_masked_select():
+    x = tpu(torch.tensor([0.0, 1.5, 0.0, -2.0]))
+    assert x[1].item() == 1.5
+    assert x.tolist() == [0.0, 1.5, 0.0, -2.0]
+    assert torch.equal(x.nonzero().cpu(), torch.tensor([[1], [3]]))
+    assert torch.equal(torch.masked_select(x, x != 0).cpu(), torch.tensor([1.5, -2.0]))
+    assert "tpu:0" in repr(x)
+
+
+def test_mixed_devices_raise_cuda_error():
+    x = tpu(torch.ones(3))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*tpu:0 and cpu"):
+        x + torch.ones(3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([x, torch.ones(3)])
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mm(tpu(torch.ones(2, 2)), torch.ones(2, 2))
+
+
+def test_cpu_scalars_and_cpu_indices_are_allowed():
+    x = tpu(torch.arange(5.0))
+    y = x * torch.tensor(2.0)  # 0-dim CPU tensors act as scalars, as on CUDA
+    assert y.device.type == "tpu" and torch.equal(y.cpu(), torch.arange(5.0) * 2)
+    idx = torch.tensor([0, 4])
+    assert torch.equal(x[idx].cpu(), torch.tensor([0.0, 4.0]))
+    x[idx] = 9.0
+    assert torch.equal(x.cpu(), torch.tensor([9.0, 1.0, 2.0, 3.0, 9.0]))
+
+
+def test_integer_histc_like_cuda():
+    # transformers' MoE calls histc on integer tensors on any non-CPU device; CUDA supports it.
+    x = tpu(torch.tensor([0, 1, 1, 3, 3, 3], dtype=torch.int64))
+    h = torch.histc(x, bins=4, min=0, max=3)
+    assert h.dtype == torch.int64 and h.device.type == "tpu"
+    assert h.cpu().tolist() == [1, 2, 0, 3]
+
+
+def test_composite_ops_match_cpu_bitwise():
+    # native_layer_norm / group_norm / addr have CPU and composite kernels; we must run the CPU one.
+    x = torch.randn(4, 7, 16)
+    ln = torch.nn.LayerNorm(16)
+    assert torch.equal(ln.to("tpu")(tpu(x)).cpu(), ln.cpu()(x))
+    gn = torch.nn.GroupNorm(2, 4)
+    y = torch.randn(2, 4, 5, 5)
+    assert torch.equal(gn.to("tpu")(tpu(y)).cpu(), gn.cpu()(y))
+    conv = torch.nn.Conv2d(4, 3, 3)
+    assert torch.equal(conv.to("tpu")(tpu(y)).cpu(), conv.cpu()(y))
+
+
+def test_sdpa_takes_the_cpu_flash_path():
+    q, k, v = (torch.randn(2, 4, 9, 16) for _ in range(3))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    actual = torch.nn.functional.scaled_dot_product_attention(tpu(q), tpu(k), tpu(v), is_causal=True)
+    assert torch.equal(actual.cpu(), expected)
+    kv = torch.randn(2, 2, 9, 16)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    actual = torch.nn.functional.scaled_dot_product_attention(tpu(q), tpu(kv), tpu(kv), enable_gqa=True)
+    assert torch.equal(actual.cpu(), expected)
+
+
+def test_autograd_through_device():
+    w = torch.randn(5, 3, requires_grad=True)
+    x = torch.randn(4, 5)
+    (x @ w).tanh().sum().backward()
+    wt = w.detach().to("tpu").requires_grad_()
+    (tpu(x) @ wt).tanh().sum().backward()
+    assert wt.grad.device.type == "tpu"
+    torch.testing.assert_close(wt.grad.cpu(), w.grad, rtol=0, atol=0)
+
+
+def test_autocast_defaults_to_bf16():
+    a, b = tpu(torch.randn(4, 4)), tpu(torch.randn(4, 4))
+    with torch.autocast("tpu"):
+        c = a @ b
+        s = torch.softmax(c, -1)
+    assert c.dtype == torch.bfloat16
+    assert s.dtype == torch.float32
+    with torch.autocast("tpu", dtype=torch.float16):
+        assert (a @ b).dtype == torch.float16
