@@ -91,7 +91,7 @@ def _compare(actual, expected, dtype: torch.dtype, shape_only: bool) -> None:
             if shape_only:
                 assert a.shape == e.shape and a.dtype == e.dtype, f"{a.shape}/{a.dtype} vs {e.shape}/{e.dtype}"
             else:
-                torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True, exact_device=False)
+                torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
         elif isinstance(e, float | int | bool | complex) and not isinstance(e, bool):
             torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
 

@@ -181,3 +181,12 @@ def test_autocast_defaults_to_bf16():
     assert s.dtype == torch.float32
     with torch.autocast("tpu", dtype=torch.float16):
         assert (a @ b).dtype == torch.float16
+
+
+def test_efficient_zero_gradients():
+    # Autograd returns storage-less "zero tensors" for gradients known to be zero (sgn, ...).
+    x = torch.randn(4, 4).to("tpu").requires_grad_()
+    (g,) = torch.autograd.grad(torch.sgn(x), [x], torch.ones(4, 4, device="tpu"))
+    assert g._is_zerotensor() and g.device.type == "tpu"
+    assert torch.equal(g.cpu(), torch.zeros(4, 4))
+    assert torch.equal((g + 1).cpu(), torch.ones(4, 4))

@@ -110,6 +110,24 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   return at::detail::empty_strided_generic(size, stride, device_allocator(), kTpuKeys, c10::dtype_or_default(dtype));
 }
 
+// Autograd returns "efficient zero tensors" (no memory, ZeroTensor key) for gradients
+// known to be zero; build them as CUDA does, with a null device allocation.
+struct ZeroTensorAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t /*nbytes*/) override {
+    return {nullptr, nullptr, [](void*) {}, c10::Device(kTpu, 0)};
+  }
+  void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const override {}
+};
+
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> /*layout*/, std::optional<c10::Device> device,
+                                 std::optional<bool> /*pin_memory*/) {
+  check_device_index(device);
+  static ZeroTensorAllocator allocator;
+  const auto keys = kTpuKeys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
+}
+
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> storage_offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
@@ -194,6 +212,7 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));

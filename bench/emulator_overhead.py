@@ -1,0 +1,120 @@
+"""What the emulated TPU costs: model forward/generate vs plain CPU, core build, autoload.
+
+Run: ``python bench/emulator_overhead.py`` (add ``--skip-build`` to skip the cold build,
+which takes minutes). Everything is measured side by side in this one run; the ratios
+are what to compare across machines, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _import_time(env_extra: dict[str, str], repeats: int = 7) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"} | env_extra
+    times = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", "import time; t=time.perf_counter(); import torch; print(time.perf_counter()-t)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        times.append(float(out.stdout.strip().splitlines()[-1]))
+    return statistics.median(times)
+
+
+def bench_model(repeats: int) -> None:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    for hidden, layers, batch, seq in ((128, 2, 4, 64), (512, 4, 4, 128)):
+        config = Qwen3Config(
+            vocab_size=1024,
+            hidden_size=hidden,
+            intermediate_size=hidden * 3,
+            num_hidden_layers=layers,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=hidden // 8,
+        )
+        torch.manual_seed(0)
+        cpu = Qwen3ForCausalLM(config).eval()
+        tpu = Qwen3ForCausalLM(config).eval()
+        tpu.load_state_dict(cpu.state_dict())
+        tpu.to("tpu")
+        ids = torch.randint(0, 1024, (batch, seq))
+        ids_tpu = ids.to("tpu")
+        with torch.no_grad():
+            t_cpu = _median_time(lambda: cpu(ids), repeats)
+            t_tpu = _median_time(lambda: tpu(ids_tpu), repeats)
+        label = f"forward  hidden={hidden} layers={layers} batch={batch}x{seq}"
+        print(f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x")
+        gen = {"max_new_tokens": 32, "do_sample": False, "min_new_tokens": 32}
+        short = ids[:, :16]
+        t_cpu = _median_time(lambda: cpu.generate(short, **gen), max(1, repeats // 3))
+        t_tpu = _median_time(lambda: tpu.generate(short.to("tpu"), **gen), max(1, repeats // 3))
+        label = f"generate hidden={hidden} layers={layers} 32 tokens"
+        print(f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x")
+
+
+def bench_tiny_ops(n: int = 10000) -> None:
+    x, y = torch.ones(8), torch.ones(8).to("tpu")
+    t_cpu = _median_time(lambda: [x.add(1) for _ in range(n)], 3) / n
+    t_tpu = _median_time(lambda: [y.add(1) for _ in range(n)], 3) / n
+    print(f"{'tiny op (add on 8 elements)':<48} cpu {t_cpu * 1e6:8.2f} us   tpu(emulated) {t_tpu * 1e6:8.2f} us   ratio {t_tpu / t_cpu:.2f}x")
+
+
+def bench_build() -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        env = os.environ | {"HF_TPU_CACHE": cache, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+        code = "import time, hf_tpu.emulator as e; t=time.perf_counter(); e.build(); print(time.perf_counter()-t)"
+        cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    print(f"core build: cold {float(cold.stdout.split()[-1]):.1f} s, cached load {float(warm.stdout.split()[-1]) * 1e3:.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-build", action="store_true", help="do not measure the cold build of the core")
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+
+    import hf_tpu.emulator
+
+    hf_tpu.emulator.enable()
+    torch.set_num_threads(os.cpu_count() or 1)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    bench_model(args.repeats)
+    bench_tiny_ops()
+    base = _import_time({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    off = _import_time({})
+    on = _import_time({"HF_TPU_EMULATE": "1"})
+    print(
+        f"\nimport torch: {base * 1e3:.0f} ms without autoload; autoload adds {(off - base) * 1e3:+.1f} ms with "
+        f"emulation off, {(on - base) * 1e3:+.0f} ms with HF_TPU_EMULATE=1 (core cached)"
+    )
+    if not args.skip_build:
+        bench_build()
+
+
+if __name__ == "__main__":
+    main()
