@@ -67,20 +67,26 @@ def bench_model(repeats: int) -> None:
             t_cpu = _median_time(lambda: cpu(ids), repeats)
             t_tpu = _median_time(lambda: tpu(ids_tpu), repeats)
         label = f"forward  hidden={hidden} layers={layers} batch={batch}x{seq}"
-        print(f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x")
+        print(
+            f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x"
+        )
         gen = {"max_new_tokens": 32, "do_sample": False, "min_new_tokens": 32}
         short = ids[:, :16]
         t_cpu = _median_time(lambda: cpu.generate(short, **gen), max(1, repeats // 3))
         t_tpu = _median_time(lambda: tpu.generate(short.to("tpu"), **gen), max(1, repeats // 3))
         label = f"generate hidden={hidden} layers={layers} 32 tokens"
-        print(f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x")
+        print(
+            f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x"
+        )
 
 
 def bench_tiny_ops(n: int = 10000) -> None:
     x, y = torch.ones(8), torch.ones(8).to("tpu")
     t_cpu = _median_time(lambda: [x.add(1) for _ in range(n)], 3) / n
     t_tpu = _median_time(lambda: [y.add(1) for _ in range(n)], 3) / n
-    print(f"{'tiny op (add on 8 elements)':<48} cpu {t_cpu * 1e6:8.2f} us   tpu(emulated) {t_tpu * 1e6:8.2f} us   ratio {t_tpu / t_cpu:.2f}x")
+    print(
+        f"{'tiny op (add on 8 elements)':<48} cpu {t_cpu * 1e6:8.2f} us   tpu(emulated) {t_tpu * 1e6:8.2f} us   ratio {t_tpu / t_cpu:.2f}x"
+    )
 
 
 def bench_build() -> None:
@@ -89,7 +95,9 @@ def bench_build() -> None:
         code = "import time, hf_tpu.emulator as e; t=time.perf_counter(); e.build(); print(time.perf_counter()-t)"
         cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    print(f"core build: cold {float(cold.stdout.split()[-1]):.1f} s, cached load {float(warm.stdout.split()[-1]) * 1e3:.0f} ms")
+    print(
+        f"core build: cold {float(cold.stdout.split()[-1]):.1f} s, cached load {float(warm.stdout.split()[-1]) * 1e3:.0f} ms"
+    )
 
 
 def main() -> None:

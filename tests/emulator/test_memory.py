@@ -30,8 +30,13 @@ def test_peak_and_stats(memory_baseline):
     del x
     assert torch.accelerator.max_memory_allocated() >= memory_baseline + 2 * MiB
     stats = torch.accelerator.memory_stats()
-    for key in ("allocated_bytes.all.current", "active_bytes.all.current", "active_bytes.all.peak",
-                "reserved_bytes.all.current", "reserved_bytes.all.peak"):
+    for key in (
+        "allocated_bytes.all.current",
+        "active_bytes.all.current",
+        "active_bytes.all.peak",
+        "reserved_bytes.all.current",
+        "reserved_bytes.all.peak",
+    ):
         assert key in stats, key
     assert stats["allocated_bytes.all.current"] == memory_baseline
     assert torch.accelerator.memory_reserved() == memory_baseline
@@ -82,8 +87,6 @@ def test_oom_names_chip_request_usage_and_fix():
 
 
 def test_bad_capacity_setting_is_explained():
-    proc = run_python(
-        "import hf_tpu.emulator as e; e.enable(hbm='lots')", env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    )
+    proc = run_python("import hf_tpu.emulator as e; e.enable(hbm='lots')", env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert proc.returncode != 0
     assert "HF_TPU_EMULATOR_HBM='lots' is not a size" in proc.stderr
