@@ -67,7 +67,7 @@ def load(verbose: bool = False) -> ModuleType:
     fresh = not any(build_dir.glob(f"{name}*.so"))
     if fresh:
         sys.stderr.write(
-            "hf-tpu: building the emulated TPU core for this torch version (first use only, ~2-4 min)..." + "\n"
+            "hf-tpu: building the emulated TPU core for this torch version (first use only, about a minute)..." + "\n"
         )
     start = time.perf_counter()
     _module = cpp_extension.load(
