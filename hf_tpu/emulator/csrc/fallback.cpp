@@ -21,7 +21,7 @@ class AliasMap {
     at::Tensor alias;
     for (const auto& s : storages_) {
       if (s.device == key) {
-        alias = cpu_tensor_over_alias(s.cpu, t);
+        alias = tensor_over(s.cpu, t, c10::DispatchKeySet(c10::DispatchKey::CPU));
         break;
       }
     }
@@ -93,30 +93,8 @@ class AliasMap {
     StorageEntry entry;
   };
 
-  static at::Tensor cpu_tensor_over_alias(const c10::Storage& cpu_storage, const at::Tensor& like) {
-    auto out = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(cpu_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), like.dtype());
-    out.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-    if (like.is_conj()) {
-      out._set_conj(true);
-    }
-    if (like.is_neg()) {
-      out._set_neg(true);
-    }
-    return out;
-  }
-
   static at::Tensor device_view(const StorageEntry& s, const at::Tensor& out) {
-    auto view = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(s.device_storage),
-                                                         s.key_set, out.dtype());
-    view.unsafeGetTensorImpl()->set_sizes_and_strides(out.sizes(), out.strides(), out.storage_offset());
-    if (out.is_conj()) {
-      view._set_conj(true);
-    }
-    if (out.is_neg()) {
-      view._set_neg(true);
-    }
-    return view;
+    return tensor_over(s.device_storage, out, s.key_set, /*view=*/true);
   }
 
   std::vector<StorageEntry> storages_;

@@ -16,16 +16,10 @@
 
 namespace hf_tpu {
 
-bool has_real_storage(const at::Tensor& t) {
-  return t.has_storage() && !t.key_set().has(c10::DispatchKey::Python) &&
-         t.storage().device_type() == kTpu;
-}
-
-namespace {
-
-at::Tensor cpu_tensor_over(c10::Storage storage, const at::Tensor& like) {
-  auto out = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), like.dtype());
+at::Tensor tensor_over(c10::Storage storage, const at::Tensor& like, c10::DispatchKeySet keys,
+                       bool view) {
+  auto out = view ? at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, std::move(storage), keys, like.dtype())
+                  : at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, like.dtype());
   out.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   if (like.is_conj()) {
     out._set_conj(true);
@@ -35,6 +29,13 @@ at::Tensor cpu_tensor_over(c10::Storage storage, const at::Tensor& like) {
   }
   return out;
 }
+
+bool has_real_storage(const at::Tensor& t) {
+  return t.has_storage() && !t.key_set().has(c10::DispatchKey::Python) &&
+         t.storage().device_type() == kTpu;
+}
+
+namespace {
 
 void check_device_index(std::optional<c10::Device> device) {
   if (device.has_value() && device->has_index()) {
@@ -53,7 +54,7 @@ at::Tensor cpu_alias(const at::Tensor& t) {
       c10::StorageImpl::use_byte_size_t(), storage.nbytes(),
       c10::DataPtr(const_cast<void*>(storage.data_ptr().get()), c10::Device(c10::DeviceType::CPU)),
       c10::GetCPUAllocator(), /*resizable=*/true));
-  return cpu_tensor_over(std::move(alias), t);
+  return tensor_over(std::move(alias), t, c10::DispatchKeySet(c10::DispatchKey::CPU));
 }
 
 at::Tensor cpu_standin(const at::Tensor& t) {
@@ -62,9 +63,7 @@ at::Tensor cpu_standin(const at::Tensor& t) {
   c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), nbytes.guard_int(__FILE__, __LINE__),
       c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr, /*resizable=*/false));
-  auto out = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  auto out = tensor_over(std::move(storage), t, c10::DispatchKeySet(c10::DispatchKey::CPU));
   if (t.requires_grad()) {
     out.unsafeGetTensorImpl()->set_requires_grad(true);
   }
@@ -75,16 +74,7 @@ at::Tensor wrap_cpu_tensor(const at::Tensor& cpu) {
   c10::Storage device_storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), cpu.storage().nbytes(), adopt_cpu_storage(cpu.storage()),
       device_allocator(), /*resizable=*/true));
-  auto out = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(device_storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), cpu.dtype());
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
-  if (cpu.is_conj()) {
-    out._set_conj(true);
-  }
-  if (cpu.is_neg()) {
-    out._set_neg(true);
-  }
-  return out;
+  return tensor_over(std::move(device_storage), cpu, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1));
 }
 
 namespace {

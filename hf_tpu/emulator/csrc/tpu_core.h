@@ -34,6 +34,10 @@ at::Generator cpu_generator_of(const at::Generator& tpu_generator);
 bool is_tpu_generator(const at::Generator& generator);
 
 // ---- native_ops.cpp / fallback.cpp --------------------------------------
+// A tensor over `storage` with the sizes, strides, offset and conj/neg bits of `like`.
+// `view` makes a view TensorImpl; `keys` must then be the base's key set (autograd keys included).
+at::Tensor tensor_over(c10::Storage storage, const at::Tensor& like, c10::DispatchKeySet keys,
+                       bool view = false);
 // A CPU tensor over the same memory (sizes, strides, offset, conj/neg bits).
 at::Tensor cpu_alias(const at::Tensor& tpu_tensor);
 // A device tensor over a CPU tensor's memory: zero-copy, counted as device memory.
