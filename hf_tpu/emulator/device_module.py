@@ -15,12 +15,12 @@ import sys
 import time
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from . import _build
+from . import _build, compile
 from .api_stage import check_internal, experimental, internal
 from .generations import Generation, format_bytes
 
@@ -103,17 +103,6 @@ class _TpuDeviceProperties:
     name: str
     total_memory: int
     multi_processor_count: int = 1
-
-
-@dataclass
-class PerfStats:
-    """Compilation-cache telemetry, as ``torch.tpu._get_cache_stats()`` returns it."""
-
-    num_cache_reqs: int = 0
-    num_cache_hits: int = 0
-    num_compilations: int = 0
-    peak_compilation_host_memory_bytes: int = 0
-    per_entry_stats: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _check_tpu_device(device: Any, what: str) -> None:
@@ -230,12 +219,10 @@ class TpuModule(types.ModuleType):
         self.__all__ = list(PUBLIC_NAMES) + list(SUBMODULES)
         self.EagerMode = EagerMode
         self.Precision = Precision
-        self.PerfStats = PerfStats
         self.TpuStream = TpuStream
         self.TpuEvent = TpuEvent
         self.device = device
         self.PUBLIC_NAMES = PUBLIC_NAMES
-        self.cache_stats = PerfStats()
 
     def __dir__(self) -> list[str]:
         return list(self.__all__)
@@ -456,20 +443,21 @@ class TpuModule(types.ModuleType):
     def _maybe_exchange_device(self, device: int) -> int:
         return 0
 
-    def _get_cache_stats(self) -> PerfStats:
-        return self.cache_stats
+    def _get_cache_stats(self) -> compile.PerfStats:
+        return compile.cache_stats()
 
     def _get_cache_requests(self) -> int:
-        return self.cache_stats.num_cache_reqs
+        return compile.cache_stats().num_cache_reqs
 
     def _get_cache_hits(self) -> int:
-        return self.cache_stats.num_cache_hits
+        return compile.cache_stats().num_cache_hits
 
     def _get_cache_misses(self) -> int:
-        return self.cache_stats.num_cache_reqs - self.cache_stats.num_cache_hits
+        stats = compile.cache_stats()
+        return stats.num_cache_reqs - stats.num_cache_hits
 
     def _clear_cache(self) -> None:
-        self.cache_stats = PerfStats()
+        compile.clear_cache()
 
     def _hbm_usage_summary(self) -> str:
         free, total = torch.accelerator.get_memory_info()

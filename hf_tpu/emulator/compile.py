@@ -1,0 +1,331 @@
+"""The ``"tpu"`` torch.compile backend of the emulated TPU, with TorchTPU's contract.
+
+Pipeline, as TorchTPU's: Dynamo graph -> AOTAutograd (min-cut partitioner, input mutations
+applied outside the graph) -> one compiled callable per forward/backward graph. Where
+TorchTPU lowers each graph to XLA, the emulator compiles it *as a CPU graph* with Inductor's
+C++ code generation and runs it on zero-copy CPU aliases of the device tensors; outputs come
+back as device tensors without a copy. Without a C++ compiler the graphs run eagerly on the
+device (``aot_eager``), which is what TorchTPU's CPU default does too.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import functools
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from . import _build
+
+ALLOWED_OPTIONS = frozenset(
+    {
+        "async_compile",
+        "num_dynamic_buckets",
+        "bucket_size",
+        "serializable",
+        "debug_callback",
+        "custom_module_name",
+        "name",
+    }
+)
+
+
+@dataclass
+class PerfStats:
+    """Compilation-cache telemetry, as ``torch.tpu._get_cache_stats()`` returns it."""
+
+    num_cache_reqs: int = 0
+    num_cache_hits: int = 0
+    num_compilations: int = 0
+    peak_compilation_host_memory_bytes: int = 0
+    per_entry_stats: list[dict[str, Any]] = field(default_factory=list)
+
+
+_stats = PerfStats()
+_cache: dict[tuple, _CompiledGraph] = {}
+_lock = threading.Lock()
+
+
+def cache_stats() -> PerfStats:
+    return _stats
+
+
+def clear_cache() -> None:
+    global _stats
+    with _lock:
+        _cache.clear()
+        _stats = PerfStats()
+
+
+def _cxx_available() -> bool:
+    if os.environ.get("HF_TPU_COMPILE_FALLBACK") == "aot_eager":
+        return False
+    return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+def _is_tpu(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "tpu"
+
+
+def _cpu_device(x: Any) -> Any:
+    if isinstance(x, torch.device) and x.type == "tpu":
+        return torch.device("cpu")
+    return x
+
+
+def _to_cpu_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose device arguments and tensor constants are on CPU (constants as aliases)."""
+    core = _build.load()
+    cpu_gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    for node in cpu_gm.graph.nodes:
+        node.args = torch.fx.node.map_aggregate(node.args, _cpu_device)
+        node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _cpu_device)
+        if node.op == "get_attr":
+            value = getattr(cpu_gm, node.target)
+            if _is_tpu(value):
+                alias = core.cpu_alias(value.detach())
+                setattr(cpu_gm, node.target, alias)
+    cpu_gm.recompile()
+    return cpu_gm
+
+
+def _output_devices(gm: torch.fx.GraphModule) -> list[bool]:
+    """For each graph output: does it belong on the device (per the traced fake value)?"""
+    (outputs,) = gm.graph.output_node().args
+    flags = []
+    for out in outputs if isinstance(outputs, (list, tuple)) else [outputs]:
+        val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+        flags.append(isinstance(val, torch.Tensor) and val.device.type == "tpu")
+    return flags
+
+
+def _meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return ("T", tuple(x.shape), tuple(x.stride()), x.dtype, x.device.type, x.requires_grad)
+    return ("V", type(x).__name__, x if isinstance(x, (int, float, bool, str, type(None))) else None)
+
+
+class _CompiledGraph:
+    """One AOT graph compiled for the CPU, called with device tensors."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, use_inductor: bool) -> None:
+        self.gm = gm
+        self.use_inductor = use_inductor
+        self.on_device = _output_devices(gm)
+        self.compiled: Callable[..., Any] | None = None
+        self.entry: dict[str, Any] = {"read_count": 0, "compilation_duration": 0.0, "last_read": None}
+        self.lock = threading.Lock()
+
+    def _compile(self, cpu_args: list[Any]) -> Callable[..., Any]:
+        start = time.perf_counter()
+        cpu_gm = _to_cpu_graph(self.gm)
+
+        def build() -> Callable[..., Any]:
+            # A fresh thread: none of the caller's AOTAutograd runtime state (TLS dispatch
+            # keys and modes) leaks into Inductor's own tracing of the CPU graph.
+            with torch.no_grad():
+                return torch._inductor.compile(cpu_gm, cpu_args)
+
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-tpu-compile") as pool:
+            compiled = pool.submit(build).result()
+        self.entry["compilation_duration"] = time.perf_counter() - start
+        _stats.num_compilations += 1
+        return compiled
+
+    def __call__(self, *call_args: Any) -> list[Any]:
+        # Boxed (one list, which the callee may clear) or, when a wrapper hid _boxed_call, unboxed.
+        boxed = len(call_args) == 1 and isinstance(call_args[0], list)
+        args: list[Any] = call_args[0] if boxed else list(call_args)
+        if not self.use_inductor:  # aot_eager: run the graph op by op on the device
+            inputs = list(args)
+            args.clear()
+            return list(self.gm(*inputs))
+        core = _build.load()
+        device_by_ptr: dict[int, torch.Tensor] = {}
+        cpu_args = []
+        for a in args:
+            if _is_tpu(a):
+                ptr = a.untyped_storage().data_ptr()
+                if ptr:
+                    device_by_ptr.setdefault(ptr, a)
+                cpu_args.append(core.cpu_alias(a.detach()))
+            else:
+                cpu_args.append(a)
+        args.clear()  # boxed calling convention: the callee owns (and may free) the inputs
+        if self.compiled is None:
+            with self.lock:
+                if self.compiled is None:
+                    self.compiled = self._compile(cpu_args)
+        self.entry["read_count"] += 1
+        self.entry["last_read"] = time.time()
+        outs = self.compiled(*cpu_args)
+        fresh: dict[int, torch.Tensor] = {}
+        result = []
+        for out, on_device in zip(outs, self.on_device, strict=False):
+            result.append(
+                _to_device(out, device_by_ptr, fresh, core) if on_device and isinstance(out, torch.Tensor) else out
+            )
+        return result
+
+
+def _to_device(
+    out: torch.Tensor, inputs: dict[int, torch.Tensor], fresh: dict[int, torch.Tensor], core: Any
+) -> torch.Tensor:
+    """A device tensor over ``out``'s memory: a view of an input, of another output, or adopted memory."""
+    ptr = out.untyped_storage().data_ptr()
+    base = inputs.get(ptr) if ptr else None
+    if base is None and ptr:
+        base = fresh.get(ptr)
+    if base is None:
+        wrapped = core.wrap_cpu(out)
+        if ptr:
+            fresh[ptr] = wrapped
+        return wrapped
+    view = torch.empty(0, dtype=out.dtype, device="tpu")
+    return view.set_(base.untyped_storage(), out.storage_offset(), out.size(), out.stride())
+
+
+class TpuBackend:
+    """The ``"tpu"`` Dynamo backend. Accepts only ``options=``, refuses ``dynamic=True``, as TorchTPU's."""
+
+    def __init__(self, debug: bool = False, dynamism: bool = False, enable_serialization: bool = True) -> None:
+        self.debug = debug
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+        options = kwargs.pop("options", None) or {}
+        if kwargs:
+            raise TypeError(
+                f"Unexpected keyword arguments {sorted(kwargs)} for the 'tpu' backend: it accepts only options= "
+                f"(e.g. torch.compile(m, backend='tpu', options={{'async_compile': False}})); mode= other than "
+                "'default' is not supported on TPU."
+            )
+        unknown = set(options) - ALLOWED_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"Unknown options {sorted(unknown)} for the 'tpu' backend; allowed: {sorted(ALLOWED_OPTIONS)}."
+            )
+        buckets = options.get("num_dynamic_buckets", 1)
+        if not isinstance(buckets, int) or not 1 <= buckets <= 8:
+            raise ValueError(f"options['num_dynamic_buckets']={buckets!r} must be an int between 1 and 8.")
+        if not torch._dynamo.config.assume_static_by_default:
+            raise NotImplementedError(
+                "TPU backend does not support torch.compile(..., dynamic=True, ...). Use dynamic=False (the default "
+                "for the tpu backend) and pad inputs to a few fixed shapes."
+            )
+        from functorch.compile import min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
+
+        use_inductor = _cxx_available()
+        compiler = functools.partial(_graph_compiler, use_inductor=use_inductor)
+        return aot_autograd(
+            fw_compiler=compiler,
+            bw_compiler=compiler,
+            partition_fn=min_cut_rematerialization_partition,
+            keep_inference_input_mutations=False,
+        )(gm, example_inputs)
+
+    def reset(self) -> None:
+        clear_cache()
+
+
+def _graph_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, use_inductor: bool) -> _CompiledGraph:
+    key = (gm.code, tuple(_meta(x) for x in example_inputs), use_inductor)
+    with _lock:
+        _stats.num_cache_reqs += 1
+        hit = _cache.get(key)
+        if hit is not None:
+            _stats.num_cache_hits += 1
+            return hit
+        compiled = _CompiledGraph(gm, use_inductor)
+        _cache[key] = compiled
+        _stats.per_entry_stats.append(compiled.entry)
+        return compiled
+
+
+# ---- torch.compile defaults, as TorchTPU patches them after device init ----------------
+
+_UNSET: Any = object()
+
+
+def _default_backend_selector(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """``torch.compile()`` without a backend: "tpu" when any input is a tpu tensor, else Inductor on CPU."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    if any(_is_tpu(x) for x in example_inputs):
+        return lookup_backend("tpu")(gm, example_inputs, **kwargs)
+    name = "inductor" if _cxx_available() else "aot_eager"
+    return lookup_backend(name)(gm, example_inputs, **kwargs)
+
+
+def _is_tpu_backend(backend: Any) -> bool:
+    return backend == "tpu" or backend is _default_backend_selector or isinstance(backend, TpuBackend)
+
+
+def _register_device_interface() -> None:
+    """Dynamo's device interface for "tpu": upstream's TpuInterface rules, answering for the emulated chip."""
+    from torch._dynamo import device_interface as di
+
+    di.get_interface_for_device("tpu")  # let upstream register its own first, so ours wins (as TorchTPU does)
+
+    class EmulatedTpuInterface(di.TpuInterface):
+        @staticmethod
+        def is_available() -> bool:
+            return True
+
+        @staticmethod
+        def device_count() -> int:
+            return 1
+
+        @staticmethod
+        def is_triton_capable(device: Any = None) -> bool:
+            return False
+
+    di.register_interface_for_device("tpu", EmulatedTpuInterface)
+
+
+def install() -> None:
+    """Register the backend and patch ``torch.compile`` the way TorchTPU does."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    _register_device_interface()
+    if "tpu" not in _COMPILER_FNS or not isinstance(_COMPILER_FNS["tpu"], TpuBackend):
+        _COMPILER_FNS.pop("tpu", None)
+        register_backend(compiler_fn=TpuBackend(), name="tpu")
+    if getattr(torch.compile, "_hf_tpu_patched", False):
+        return
+    original_compile = torch.compile
+
+    @functools.wraps(original_compile)
+    def compile(model: Any = None, *, backend: Any = _UNSET, dynamic: Any = _UNSET, **kwargs: Any) -> Any:  # noqa: A001
+        if backend is _UNSET or backend is None:
+            backend = _default_backend_selector
+        if dynamic is _UNSET:
+            dynamic = False if _is_tpu_backend(backend) else None
+        return original_compile(model, backend=backend, dynamic=dynamic, **kwargs)
+
+    compile._hf_tpu_patched = True  # type: ignore[attr-defined]
+    torch.compile = compile
+
+    wrapper_call = torch._TorchCompileInductorWrapper.__call__
+
+    @functools.wraps(wrapper_call)
+    def inductor_call(self: Any, model_: Any, inputs_: Sequence[Any]) -> Any:
+        if any(_is_tpu(x) for x in inputs_) and self.config.get("tpu_backend") != "pallas":
+            raise RuntimeError(
+                "torch.compile(..., backend='inductor') on TPU is experimental and not supported: use "
+                "backend='tpu' (or no backend: tpu inputs select it), or options={'tpu_backend': 'pallas'}."
+            )
+        return wrapper_call(self, model_, inputs_)
+
+    torch._TorchCompileInductorWrapper.__call__ = inductor_call
