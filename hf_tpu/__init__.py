@@ -7,7 +7,25 @@ autoload entry point (``HF_TPU_EMULATE=1`` for the emulator) or by ``hf_tpu.emul
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "backend"]
+from .recompiles import (
+    CompileReport,
+    GraphCompile,
+    RecompileError,
+    compile_report,
+    strict_recompile,
+    watch_compiles,
+)
+
+__all__ = [
+    "CompileReport",
+    "GraphCompile",
+    "RecompileError",
+    "__version__",
+    "backend",
+    "compile_report",
+    "strict_recompile",
+    "watch_compiles",
+]
 
 
 def backend() -> str:

@@ -308,6 +308,9 @@ def install() -> None:
 
     @functools.wraps(original_compile)
     def compile(model: Any = None, *, backend: Any = _UNSET, dynamic: Any = _UNSET, **kwargs: Any) -> Any:  # noqa: A001
+        from .. import recompiles
+
+        recompiles.install()  # start the recompile report before the first graph
         if backend is _UNSET or backend is None:
             backend = _default_backend_selector
         if dynamic is _UNSET:

@@ -5,6 +5,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
@@ -193,8 +194,11 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   if (attn_mask.has_value() && attn_mask->defined()) {
     mask = cpu_standin(*attn_mask);
   }
-  return at::_fused_sdp_choice(cpu_standin(query), cpu_standin(key), cpu_standin(value), mask, dropout_p,
-                               is_causal, scale, enable_gqa);
+  // Straight to the CPU kernel: under FakeTensorMode (Dynamo tracing) the Python modes must
+  // not see these stand-ins.
+  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_standin(query),
+                                                 cpu_standin(key), cpu_standin(value), mask, dropout_p, is_causal,
+                                                 scale, enable_gqa);
 }
 
 }  // namespace
