@@ -213,7 +213,7 @@ def watch_compiles() -> Iterator[CompileReport]:
 
 @contextlib.contextmanager
 def strict_recompile() -> Iterator[CompileReport]:
-    """Inside the block, a recompile raises :class:`RecompileError` naming what changed.
+    """A recompile inside the block ends it with :class:`RecompileError` naming what changed.
 
     First compiles (warm-up) are allowed; only a second graph for the same function fails.
     """

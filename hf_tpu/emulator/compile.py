@@ -117,9 +117,10 @@ def _meta(x: Any) -> Any:
 class _CompiledGraph:
     """One AOT graph compiled for the CPU, called with device tensors."""
 
-    _boxed_call = True
-
     def __init__(self, gm: torch.fx.GraphModule, use_inductor: bool) -> None:
+        # Boxed calling convention (one list the callee may clear). An instance attribute, so
+        # the functools.wraps of Dynamo's disable() around backward graphs carries it over.
+        self._boxed_call = True
         self.gm = gm
         self.use_inductor = use_inductor
         self.on_device = _output_devices(gm)
@@ -143,10 +144,7 @@ class _CompiledGraph:
         _stats.num_compilations += 1
         return compiled
 
-    def __call__(self, *call_args: Any) -> list[Any]:
-        # Boxed (one list, which the callee may clear) or, when a wrapper hid _boxed_call, unboxed.
-        boxed = len(call_args) == 1 and isinstance(call_args[0], list)
-        args: list[Any] = call_args[0] if boxed else list(call_args)
+    def __call__(self, args: list[Any]) -> list[Any]:
         if not self.use_inductor:  # aot_eager: run the graph op by op on the device
             inputs = list(args)
             args.clear()
@@ -234,9 +232,6 @@ class TpuBackend:
             partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=False,
         )(gm, example_inputs)
-
-    def reset(self) -> None:
-        clear_cache()
 
 
 def _graph_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, use_inductor: bool) -> _CompiledGraph:
