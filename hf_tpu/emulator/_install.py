@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from . import _build, compile
+from . import _build, compile, distributed
 from .device_module import build_module
 from .generations import Generation
 
@@ -27,6 +27,7 @@ def install(generation: Generation, capacity: int) -> None:
     torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's autocast default
     _patch_matmul_precision()
     compile.install()
+    distributed.register()
 
 
 def _patch_matmul_precision() -> None:

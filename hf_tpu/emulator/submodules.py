@@ -55,9 +55,12 @@ def build_distributed() -> types.ModuleType:
         """Pass-through: the emulator has no SPMD-unsafe regions."""
         return fn
 
+    from .distributed import set_tpu_launch_env
+
     mod.topology_aware_mesh = topology_aware_mesh
     mod.spmd_safe = spmd_safe
-    mod.__all__ = ["topology_aware_mesh", "spmd_safe"]
+    mod.set_tpu_launch_env = set_tpu_launch_env
+    mod.__all__ = ["set_tpu_launch_env", "spmd_safe", "topology_aware_mesh"]
     return mod
 
 

@@ -1,0 +1,58 @@
+"""``hf-tpu``: run a script on n (emulated) TPU chips of this host, build the emulator core.
+
+hf-tpu launch -n 4 train.py --lr 1e-4   # torchrun --standalone, one process per chip
+hf-tpu build                             # compile the emulator's C++ core ahead of time
+hf-tpu info                              # which TPU this process would use
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from ._backend import real_tpu_present
+
+    if not real_tpu_present():
+        os.environ.setdefault("HF_TPU_EMULATE", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
+    from torch.distributed import run
+
+    argv = ["--standalone", f"--nproc-per-node={args.nproc}", args.script, *args.script_args]
+    try:
+        run.main(argv)
+    except Exception as err:  # torchrun's ChildFailedError already printed which rank failed and why
+        sys.stderr.write(f"hf-tpu launch: {err}\n")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hf-tpu", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    launch = sub.add_parser("launch", help="run a script on N chips (emulated when no TPU is present)")
+    launch.add_argument("-n", "--nproc", type=int, required=True, help="number of chips (one process each)")
+    launch.add_argument("script")
+    launch.add_argument("script_args", nargs=argparse.REMAINDER)
+    sub.add_parser("build", help="build the emulated TPU's C++ core now")
+    sub.add_parser("info", help="print which TPU this process uses")
+    args = parser.parse_args(argv)
+    if args.command == "launch":
+        if args.nproc < 1:
+            parser.error(f"-n/--nproc must be at least 1, got {args.nproc}")
+        return _launch(args)
+    if args.command == "build":
+        from . import emulator
+
+        sys.stdout.write(f"hf-tpu: core built in {emulator.build()}\n")
+        return 0
+    import hf_tpu
+
+    sys.stdout.write(f"hf-tpu {hf_tpu.__version__}: backend {hf_tpu.backend()}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The ``"tpu_dist"`` (and ``"tpu"``) process-group backend of the emulated TPU.
+
+Collectives run with gloo on zero-copy CPU aliases of the device tensors, so results land
+in device memory without copies, and gloo's timeouts turn a missing peer into an error
+instead of a hang. One process per chip: every rank sees ``tpu:0``, as on TorchTPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import _build
+
+BACKEND_NAMES = ("tpu_dist", "tpu")
+
+
+def _alias(x: Any) -> Any:
+    """Tensors (and nested lists of them) on tpu -> CPU aliases over the same memory."""
+    if isinstance(x, torch.Tensor):
+        return _build.load().cpu_alias(x) if x.device.type == "tpu" else x
+    if isinstance(x, list):
+        return [_alias(v) for v in x]
+    return x
+
+
+class TpuProcessGroup(dist.ProcessGroup):
+    """A process group for ``"tpu"`` tensors (CPU tensors work too), backed by gloo."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> None:
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._timeout = timeout
+
+    def getBackendName(self) -> str:  # noqa: N802  (c10d's name)
+        return "tpu_dist"
+
+    @property
+    def group_name(self) -> str:
+        # A Python process group keeps its registered name in c10d's world table.
+        return dist.distributed_c10d._world.pg_names[self]
+
+    def _call(self, name: str, *args: Any) -> Any:
+        return getattr(self._gloo, name)(*(_alias(a) for a in args))
+
+    def _all(self, works: list[Any]) -> Any:
+        """One Work that completes when all of ``works`` have."""
+        from torch._C._distributed_c10d import _create_work_from_future
+
+        return _create_work_from_future(torch.futures.collect_all([w.get_future() for w in works]))
+
+    # The collectives of c10d's Python ProcessGroup API, each on gloo with tensors aliased.
+    def allreduce(self, tensors, opts=None):
+        return self._call("allreduce", tensors, opts or dist.AllreduceOptions())
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self._call("allreduce_coalesced", tensors, opts or dist.AllreduceCoalescedOptions())
+
+    def reduce(self, tensors, opts=None):
+        return self._call("reduce", tensors, opts or dist.ReduceOptions())
+
+    def broadcast(self, tensors, opts=None):
+        return self._call("broadcast", tensors, opts or dist.BroadcastOptions())
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        return self._call("allgather", output_tensors, input_tensors, opts or dist.AllgatherOptions())
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self._call("allgather_coalesced", output_lists, input_list, opts or dist.AllgatherOptions())
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._call("_allgather_base", output, input, opts or dist.AllgatherOptions())
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self._all([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        return self._call("gather", output_tensors, input_tensors, opts or dist.GatherOptions())
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        return self._call("scatter", output_tensors, input_tensors, opts or dist.ScatterOptions())
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        return self._call("reduce_scatter", output_tensors, input_tensors, opts or dist.ReduceScatterOptions())
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._call("_reduce_scatter_base", output, input, opts or dist.ReduceScatterOptions())
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self._all([self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)])
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._call(
+            "alltoall_base", output, input, output_split_sizes, input_split_sizes, opts or dist.AllToAllOptions()
+        )
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        return self._call("alltoall", output_tensors, input_tensors, opts or dist.AllToAllOptions())
+
+    def barrier(self, opts=None):
+        opts = opts or dist.BarrierOptions()
+        opts.device_ids = []  # a device index means nothing to gloo; every rank is tpu:0 anyway
+        return self._gloo.barrier(opts)
+
+    def send(self, tensors, dst, tag=0):
+        return self._call("send", tensors, dst, tag)
+
+    def recv(self, tensors, src, tag=0):
+        return self._call("recv", tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._call("recv_anysource", tensors, tag)
+
+
+def _create_process_group(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> TpuProcessGroup:
+    return TpuProcessGroup(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Register ``"tpu_dist"`` and ``"tpu"`` for device ``"tpu"``, and make ``"tpu_dist"`` its default."""
+    if not dist.is_available():
+        return
+    for name in BACKEND_NAMES:
+        if name.upper() not in dist.Backend._plugins:
+            dist.Backend.register_backend(name, _create_process_group, devices=["tpu"])
+    dist.Backend.default_device_backend_map["tpu"] = "tpu_dist"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None = None) -> None:
+    """Set the launch variables every rank must share (never overwriting ones already set).
+
+    The emulator has no slice builder or physical topology: the values are consistent
+    placeholders (one host, ``nproc_per_node`` chips in a row), enough for code that reads them.
+    """
+    if nnodes not in (None, 1):
+        raise ValueError(f"nnodes={nnodes}: the emulated TPU runs on one host; use nnodes=1.")
+    n = int(nproc_per_node or os.environ.get("WORLD_SIZE") or 1)
+    defaults = {
+        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"localhost:{_free_port()}" for _ in range(n)),
+        "TORCH_TPU_TOPOLOGY": f"1,{n},1",
+        "TORCH_TPU_XPROF_SESSION_ID": str(__import__("time").time_ns()),
+    }
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
