@@ -56,7 +56,7 @@ PUBLIC_NAMES = (
     "allow_excess_precision",
     "topology_aware_mesh",
 )
-SUBMODULES = ("compiler", "distributed", "profiler")
+SUBMODULES = ("compiler", "distributed", "pallas", "profiler")
 
 _AMP_DTYPES = [
     torch.bfloat16,
@@ -470,12 +470,18 @@ class TpuModule(types.ModuleType):
 
 
 def build_module(generation: Generation, capacity: int) -> TpuModule:
-    """Create ``torch.tpu`` and its submodules (``compiler``, ``distributed``, ``profiler``)."""
-    from . import submodules
+    """Create ``torch.tpu`` and its submodules."""
+    from . import pallas, submodules
 
+    builders = {
+        "compiler": submodules.build_compiler,
+        "distributed": submodules.build_distributed,
+        "pallas": pallas.build_module,
+        "profiler": submodules.build_profiler,
+    }
     module = TpuModule(generation, capacity)
     for name in SUBMODULES:
-        sub = getattr(submodules, f"build_{name}")()
+        sub = builders[name]()
         setattr(module, name, sub)
         sys.modules[f"torch.tpu.{name}"] = sub
     return module

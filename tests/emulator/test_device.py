@@ -36,7 +36,7 @@ def test_tensor_and_module_methods():
 
 
 def test_public_names_exactly():
-    expected = set(torch.tpu.PUBLIC_NAMES) | {"compiler", "distributed", "profiler"}
+    expected = set(torch.tpu.PUBLIC_NAMES) | {"compiler", "distributed", "pallas", "profiler"}
     assert set(dir(torch.tpu)) == expected
     assert len(torch.tpu.PUBLIC_NAMES) == 30
     for name in torch.tpu.PUBLIC_NAMES:
