@@ -28,9 +28,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
 
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     import hf_tpu
     import hf_tpu.emulator
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     hf_tpu.emulator.enable()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
@@ -64,7 +65,9 @@ def main() -> None:
             f"({warm_up.count()} graph); compiles during {args.repeats + 20} more same-shape calls: {after.count()}"
         )
     stats = torch.tpu._get_cache_stats()
-    print(f"\ncache: {stats.num_compilations} compilations, {stats.num_cache_reqs} requests, {stats.num_cache_hits} hits")
+    print(
+        f"\ncache: {stats.num_compilations} compilations, {stats.num_cache_reqs} requests, {stats.num_cache_hits} hits"
+    )
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ instead of a hang. One process per chip: every rank sees ``tpu:0``, as on TorchT
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import socket
+import weakref
 from typing import Any
 
 import torch
@@ -18,6 +20,17 @@ import torch.distributed as dist
 from . import _build
 
 BACKEND_NAMES = ("tpu_dist", "tpu")
+
+
+_live: weakref.WeakSet[TpuProcessGroup] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    # A gloo backend destroyed during interpreter teardown can abort the process with its
+    # threads still running; shut down whatever the program did not destroy.
+    for pg in list(_live):
+        pg.shutdown()
 
 
 def _alias(x: Any) -> Any:
@@ -36,6 +49,20 @@ class TpuProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._timeout = timeout
+        _live.add(self)
+
+    def shutdown(self) -> None:
+        """Stop gloo's threads now (destroy_process_group calls this), not during interpreter teardown."""
+        gloo, self._gloo = self._gloo, None
+        if gloo is not None:
+            gloo.shutdown()
+            _live.discard(self)
+
+    def abort(self) -> None:
+        gloo, self._gloo = self._gloo, None
+        if gloo is not None:
+            gloo.abort()
+            _live.discard(self)
 
     def getBackendName(self) -> str:  # noqa: N802  (c10d's name)
         return "tpu_dist"
@@ -46,6 +73,8 @@ class TpuProcessGroup(dist.ProcessGroup):
         return dist.distributed_c10d._world.pg_names[self]
 
     def _call(self, name: str, *args: Any) -> Any:
+        if self._gloo is None:
+            raise RuntimeError("This tpu_dist process group was shut down (destroy_process_group was called).")
         return getattr(self._gloo, name)(*(_alias(a) for a in args))
 
     def _all(self, works: list[Any]) -> Any:
@@ -115,7 +144,7 @@ class TpuProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         opts = opts or dist.BarrierOptions()
         opts.device_ids = []  # a device index means nothing to gloo; every rank is tpu:0 anyway
-        return self._gloo.barrier(opts)
+        return self._call("barrier", opts)
 
     def send(self, tensors, dst, tag=0):
         return self._call("send", tensors, dst, tag)

@@ -47,6 +47,11 @@ def test_tensor_parallel_mlp_equals_one_process(n):
     assert_ok(proc, n, "identity", "tensor_parallel")
 
 
+def test_fsdp2_training_step_equals_one_process():
+    proc = launch(2, "fsdp2")
+    assert_ok(proc, 2, "fsdp2")
+
+
 def test_peer_that_never_joins_times_out_with_an_error():
     code = """
         import datetime, os, time
