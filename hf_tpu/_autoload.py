@@ -16,20 +16,29 @@ def emulation_requested() -> bool:
     return os.environ.get("HF_TPU_EMULATE", "").strip().lower() in _TRUE
 
 
+def install_integrations() -> None:
+    """Hook the Hugging Face integrations (they attach when each library is imported)."""
+    from . import transformers
+
+    transformers.install()
+
+
 def autoload() -> None:
-    """Real TPU: leave it alone. ``HF_TPU_EMULATE=1``: set up the emulated TPU. Otherwise: nothing."""
-    if not emulation_requested():
-        return
+    """Real TPU: leave the device alone, hook the integrations. ``HF_TPU_EMULATE=1``: set up the
+    emulated TPU (which hooks them too). Otherwise: nothing."""
     try:
         from ._backend import real_tpu_present
 
         if real_tpu_present():
-            warnings.warn(
-                "hf-tpu: HF_TPU_EMULATE=1 is set but a real TPU is present; using the real TPU.", stacklevel=2
-            )
+            if emulation_requested():
+                warnings.warn(
+                    "hf-tpu: HF_TPU_EMULATE=1 is set but a real TPU is present; using the real TPU.", stacklevel=2
+                )
+            install_integrations()
             return
-        from . import emulator
+        if emulation_requested():
+            from . import emulator
 
-        emulator.enable()
+            emulator.enable()
     except Exception as err:  # never break `import torch`
-        warnings.warn(f"hf-tpu: the emulated TPU was not set up: {err}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"hf-tpu: set-up skipped: {err}", RuntimeWarning, stacklevel=2)

@@ -10,6 +10,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <mutex>
+#include <utility>
 #include <sstream>
 
 namespace hf_tpu {
@@ -111,6 +112,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
     std::lock_guard<std::mutex> lock(mutex_);
     return capacity_;
   }
+  int64_t take_largest_allocation() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(largest_, 0);
+  }
 
  private:
   struct OwnedBlock {
@@ -163,6 +168,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
       (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].increase(1);
     }
     stats_.num_device_alloc += 1;
+    largest_ = std::max<int64_t>(largest_, static_cast<int64_t>(nbytes));
   }
 
   void release(size_t nbytes) {
@@ -182,6 +188,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
   std::mutex mutex_;
   DeviceStats stats_;
   int64_t capacity_ = int64_t{32} << 30;  // TPU v6e; Python sets the generation's value.
+  int64_t largest_ = 0;                    // largest single allocation since last asked
 };
 
 TpuAllocator& TpuAllocator::instance() {
@@ -199,6 +206,9 @@ void set_capacity(int64_t bytes) {
 }
 int64_t capacity() {
   return TpuAllocator::instance().capacity();
+}
+int64_t take_largest_allocation() {
+  return TpuAllocator::instance().take_largest_allocation();
 }
 c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage) {
   return TpuAllocator::instance().adopt(cpu_storage);

@@ -61,6 +61,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, "The device's default torch.Generator (one object per process).");
   m.def("set_capacity", &set_capacity, py::arg("nbytes"));
   m.def("capacity", &capacity);
+  m.def("take_largest_allocation", &take_largest_allocation,
+        "Largest single device allocation in bytes since the previous call (and reset).");
   m.def("counters", [] {
     py::dict out;
     const char* names[] = {"host_to_device", "device_to_host", "syncs"};

@@ -21,6 +21,8 @@ constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
 c10::DeviceAllocator* device_allocator();
 void set_capacity(int64_t bytes);
 int64_t capacity();
+// Largest single allocation (bytes) since the previous call; resets it.
+int64_t take_largest_allocation();
 // Adopt a CPU storage's memory as device memory without copying. The returned
 // DataPtr keeps the CPU storage alive and counts its bytes as allocated; it
 // raises torch.OutOfMemoryError (freeing nothing of the caller's) if the

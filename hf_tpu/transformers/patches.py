@@ -1,0 +1,184 @@
+"""One small patch per upstream gap (ids from the hf_upstream_tpu reference), applied on import.
+
+Each patch checks that the device is a TPU before changing anything, so CPU/CUDA users of
+the same process see upstream behaviour. Each has a test that fails without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import warnings
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .._import_hooks import when_imported
+
+_installed = False
+
+
+def _on_tpu(device: Any = None) -> bool:
+    if device is not None:
+        try:
+            return torch.device(device).type == "tpu"
+        except (RuntimeError, TypeError):
+            return False
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return accelerator is not None and accelerator.type == "tpu"
+
+
+def _size(n: float) -> str:
+    from ..emulator.generations import format_bytes
+
+    return format_bytes(int(n))
+
+
+# ---- G2: max_memory={"tpu:0": ...} -------------------------------------------------------
+def _normalize_max_memory(max_memory: dict | None) -> dict | None:
+    """``"tpu"``, ``"tpu:0"`` and ``torch.device("tpu:0")`` keys become the index accelerate expects."""
+    if max_memory is None or not _on_tpu():
+        return max_memory
+    out = {}
+    for key, value in max_memory.items():
+        if isinstance(key, (str, torch.device)) and key not in ("cpu", "disk", "mps") and _on_tpu(key):
+            key = torch.device(key).index or 0
+        out[key] = value
+    return out
+
+
+def G2_max_memory_tpu_keys(module: ModuleType) -> None:  # noqa: N802
+    """transformers.integrations.accelerate: accept ``max_memory={"tpu:0": "8GiB", "cpu": ...}``."""
+    original = module.get_max_memory
+
+    @functools.wraps(original)
+    def get_max_memory(max_memory=None):
+        return original(_normalize_max_memory(max_memory))
+
+    module.get_max_memory = get_max_memory
+
+
+# ---- G1: device_map="auto" says how much went where ------------------------------------
+def G1_auto_offload_report(module: ModuleType) -> None:  # noqa: N802
+    """transformers.modeling_utils: one warning with the bytes placed on the chip and offloaded to CPU/disk."""
+    original = module._get_device_map
+
+    @functools.wraps(original)
+    def _get_device_map(model, device_map, max_memory, hf_quantizer):
+        requested = device_map
+        result = original(model, device_map, max_memory, hf_quantizer)
+        if isinstance(requested, str) and isinstance(result, dict) and _on_tpu():
+            _report_placement(model, requested, result, _normalize_max_memory(max_memory))
+        return result
+
+    module._get_device_map = _get_device_map
+
+
+def _report_placement(model: Any, requested: str, device_map: dict, max_memory: dict | None) -> None:
+    from accelerate.utils import compute_module_sizes
+
+    sizes = compute_module_sizes(model)
+    placed: dict[str, int] = {}
+    for name, device in device_map.items():
+        label = "tpu:0" if isinstance(device, int) or _on_tpu(device) else str(device)
+        placed[label] = placed.get(label, 0) + sizes.get(name, 0)
+    offloaded = {k: v for k, v in placed.items() if not k.startswith("tpu")}
+    if not offloaded:
+        return
+    budget = (max_memory or {}).get(0)
+    if budget is None:
+        budget_text = f"the chip had {_size(torch.accelerator.get_memory_info()[0])} free HBM"
+    else:
+        budget_text = f"max_memory for the chip: {budget if isinstance(budget, str) else _size(budget)}"
+    where = ", ".join(f"{_size(v)} on {k}" for k, v in placed.items())
+    warnings.warn(
+        f"hf-tpu: device_map={requested!r} placed {where} ({budget_text}). Offloaded layers run "
+        "from host memory and are copied to the chip at every forward: slow. Shard over more chips (tp_plan) or "
+        "use a smaller dtype to fit.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+# ---- G3: no whole-model allocator warm-up on TPU ---------------------------------------
+def G3_skip_allocator_warmup(module: ModuleType) -> None:  # noqa: N802
+    """transformers.modeling_utils: the warm-up allocates the model's whole size at once; skip it for tpu."""
+    original = module.caching_allocator_warmup
+
+    @functools.wraps(original)
+    def caching_allocator_warmup(model, expanded_device_map, hf_quantizer):
+        kept = {
+            k: v for k, v in expanded_device_map.items() if not (isinstance(v, int) and _on_tpu()) and not _on_tpu(v)
+        }
+        if kept:
+            return original(model, kept, hf_quantizer)
+        return None
+
+    module.caching_allocator_warmup = caching_allocator_warmup
+
+
+# ---- G11: CompileConfig defaults that suit TPU -----------------------------------------
+def G11_compile_config_for_tpu(module: ModuleType) -> None:  # noqa: N802
+    """transformers.modeling_utils: an explicit ``CompileConfig()`` keeps inductor/reduce-overhead, which TPU
+    refuses; on tpu those class defaults become ``backend="tpu", mode="default", dynamic=False``."""
+    cls = module.PreTrainedModel
+    original = cls.get_compiled_call
+
+    @functools.wraps(original)
+    def get_compiled_call(self, compile_config):
+        if compile_config is not None and self.device.type == "tpu" and compile_config.backend == "inductor":
+            fixed = copy.copy(compile_config)
+            fixed.backend, fixed.mode = "tpu", "default"
+            if fixed.dynamic is not False:
+                fixed.dynamic = False
+            compile_config = fixed
+        return original(self, compile_config)
+
+    cls.get_compiled_call = get_compiled_call
+
+
+# ---- G18: memory queries see the chip ----------------------------------------------------
+def _tpu_memory_breakdown(original: Any) -> Any:
+    @functools.wraps(original)
+    def get_device_and_memory_breakdown():
+        if not _on_tpu():
+            return original()
+        free, total = torch.accelerator.get_memory_info()
+        return (
+            torch.device("tpu", 0),
+            total,
+            torch.accelerator.memory_reserved(),
+            torch.accelerator.memory_allocated(),
+        )
+
+    return get_device_and_memory_breakdown
+
+
+def G18_memory_breakdown_utils(module: ModuleType) -> None:  # noqa: N802
+    """continuous batching sizes its cache from host RAM on TPU; answer with the chip's HBM."""
+    module.get_device_and_memory_breakdown = _tpu_memory_breakdown(module.get_device_and_memory_breakdown)
+
+
+def G18_memory_breakdown_cache(module: ModuleType) -> None:  # noqa: N802
+    """The cache module imported the function by name: patch its binding too."""
+    module.get_device_and_memory_breakdown = _tpu_memory_breakdown(module.get_device_and_memory_breakdown)
+
+
+PATCHES: tuple[tuple[str, str, Any], ...] = (
+    ("G2", "transformers.integrations.accelerate", G2_max_memory_tpu_keys),
+    ("G1", "transformers.modeling_utils", G1_auto_offload_report),
+    ("G3", "transformers.modeling_utils", G3_skip_allocator_warmup),
+    ("G11", "transformers.modeling_utils", G11_compile_config_for_tpu),
+    ("G18", "transformers.generation.continuous_batching.utils", G18_memory_breakdown_utils),
+    ("G18", "transformers.generation.continuous_batching.cache", G18_memory_breakdown_cache),
+)
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    for _gap, module_name, patch in PATCHES:
+        when_imported(module_name, patch)
