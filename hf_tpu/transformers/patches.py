@@ -79,7 +79,7 @@ def _report_placement(model: Any, requested: str, device_map: dict, max_memory: 
     from accelerate.utils import compute_module_sizes
 
     sizes = compute_module_sizes(model)
-    placed: dict[str, int] = {}
+    placed: dict[str, int] = {"tpu:0": 0}
     for name, device in device_map.items():
         label = "tpu:0" if isinstance(device, int) or _on_tpu(device) else str(device)
         placed[label] = placed.get(label, 0) + sizes.get(name, 0)
