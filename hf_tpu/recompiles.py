@@ -52,7 +52,7 @@ class GraphCompile:
         return self.reason is not None
 
 
-@dataclass
+@dataclass(eq=False)  # identity matters: reports are added to and removed from a shared list
 class CompileReport:
     """The graphs compiled while the report was recording."""
 
@@ -77,29 +77,27 @@ class CompileReport:
 
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (
-        re.compile(r"tensor '(?P<n>[^']+)' size mismatch at index (?P<i>\d+)\. expected (?P<a>\S+), actual (?P<b>\S+)"),
+        re.compile(r"tensor '(?P<n>.+?)' size mismatch at index (?P<i>\d+)\. expected (?P<a>\S+), actual (?P<b>\S+)"),
         "input '{n}' dim {i} changed {a} → {b}",
     ),
     (
-        re.compile(
-            r"tensor '(?P<n>[^']+)' stride mismatch at index (?P<i>\d+)\. expected (?P<a>\S+), actual (?P<b>\S+)"
-        ),
+        re.compile(r"tensor '(?P<n>.+?)' stride mismatch at index (?P<i>\d+)\. expected (?P<a>\S+), actual (?P<b>\S+)"),
         "input '{n}' stride {i} changed {a} → {b} (a different memory layout)",
     ),
     (
-        re.compile(r"tensor '(?P<n>[^']+)' dtype mismatch\. expected (?P<a>\S+), actual (?P<b>\S+)"),
+        re.compile(r"tensor '(?P<n>.+?)' dtype mismatch\. expected (?P<a>\S+), actual (?P<b>\S+)"),
         "input '{n}' dtype changed {a} → {b}",
     ),
     (
-        re.compile(r"tensor '(?P<n>[^']+)' requires_grad mismatch\. expected requires_grad=(?P<a>\S+)"),
+        re.compile(r"tensor '(?P<n>.+?)' requires_grad mismatch\. expected requires_grad=(?P<a>\S+)"),
         "input '{n}' requires_grad changed (was {a})",
     ),
     (
-        re.compile(r"tensor '(?P<n>[^']+)' rank mismatch\. expected (?P<a>\S+), actual (?P<b>\S+)"),
+        re.compile(r"tensor '(?P<n>.+?)' rank mismatch\. expected (?P<a>\S+), actual (?P<b>\S+)"),
         "input '{n}' number of dims changed {a} → {b}",
     ),
     (
-        re.compile(r"tensor '(?P<n>[^']+)' (?:dispatch key set|device) mismatch"),
+        re.compile(r"tensor '(?P<n>.+?)' (?:dispatch key set|device) mismatch"),
         "input '{n}' moved to another device",
     ),
     (re.compile(r"___check_global_state\(\)"), "global state changed (grad mode, autocast or default dtype)"),
