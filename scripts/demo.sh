@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-HF_TPU_EMULATE="${HF_TPU_EMULATE:-1}" python examples/emulator_quickstart.py "$@"
+HF_TPU_EMULATE="${HF_TPU_EMULATE:-1}" python examples/transformers_generate.py "$@"
