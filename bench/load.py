@@ -42,7 +42,9 @@ def measure(mode: str, path: str) -> dict:
     env = dict(os.environ)
     env["HF_TPU_EMULATE"] = "1" if mode == "tpu" else "0"
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "2")
-    out = subprocess.run([sys.executable, "-c", MEASURE, mode, path], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, mode, path], env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -73,7 +75,11 @@ def main() -> None:
     mib = 2**20
     print(f"checkpoint {size / mib:.0f} MiB (fp32), page cache warm")
     for mode, r in runs.items():
-        label = {"raw": "safetensors load_file + copy", "cpu": 'from_pretrained(device_map="cpu")', "tpu": 'from_pretrained(device_map="tpu")'}[mode]
+        label = {
+            "raw": "safetensors load_file + copy",
+            "cpu": 'from_pretrained(device_map="cpu")',
+            "tpu": 'from_pretrained(device_map="tpu")',
+        }[mode]
         extra = ""
         if mode == "tpu":
             extra = f", host overhead (peak RSS - device bytes) {(r['peak_above_base'] - r['device']) / mib:.0f} MiB"

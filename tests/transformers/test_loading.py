@@ -56,3 +56,16 @@ def test_model_larger_than_hbm_fails_with_oom_and_frees_everything(qwen3_dir):
     proc = run_python(code, env={"HF_TPU_EMULATE": "1", "HF_TPU_EMULATOR_HBM": "200KB"})
     assert "OOM TPU out of memory on tpu:0" in proc.stdout, proc.stderr[-3000:]
     assert "LEFT 0" in proc.stdout
+
+
+def test_wrong_dtype_is_a_clear_error_with_nothing_left(qwen3_dir):
+    gc.collect()
+    baseline = torch.accelerator.memory_allocated()
+    try:
+        transformers.AutoModelForCausalLM.from_pretrained(qwen3_dir, device_map="tpu", dtype="float17")
+    except (ValueError, TypeError, AttributeError) as err:
+        assert "float17" in str(err)
+    else:
+        raise AssertionError("dtype='float17' was accepted")
+    gc.collect()
+    assert torch.accelerator.memory_allocated() == baseline
