@@ -6,21 +6,10 @@ Run: ``python bench/compile.py``. One run, side by side; prints ratios, never as
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
-
-
-def _interleaved_medians(fns, repeats: int) -> list[float]:
-    """Median time of each function, calls interleaved so machine noise hits all alike."""
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, bucket in zip(fns, times, strict=True):
-            start = time.perf_counter()
-            fn()
-            bucket.append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+from _common import interleaved_medians, qwen3_config
 
 
 def main() -> None:
@@ -28,7 +17,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
 
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     import hf_tpu
     import hf_tpu.emulator
@@ -36,15 +25,7 @@ def main() -> None:
     hf_tpu.emulator.enable()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     for hidden, layers, batch, seq in ((128, 2, 4, 64), (256, 4, 4, 128)):
-        config = Qwen3Config(
-            vocab_size=1024,
-            hidden_size=hidden,
-            intermediate_size=hidden * 3,
-            num_hidden_layers=layers,
-            num_attention_heads=8,
-            num_key_value_heads=4,
-            head_dim=hidden // 8,
-        )
+        config = qwen3_config(hidden, layers)
         torch.manual_seed(0)
         model = Qwen3ForCausalLM(config).eval().to("tpu")
         ids = torch.randint(0, 1024, (batch, seq)).to("tpu")
@@ -56,7 +37,7 @@ def main() -> None:
                 compile_s = time.perf_counter() - start
             model(ids)
             with hf_tpu.watch_compiles() as after:
-                eager, fast = _interleaved_medians([lambda: model(ids), lambda: compiled(ids)], args.repeats)
+                eager, fast = interleaved_medians([lambda: model(ids), lambda: compiled(ids)], args.repeats)
                 for _ in range(20):
                     compiled(ids)
         print(

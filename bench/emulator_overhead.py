@@ -13,19 +13,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
-
-
-def _median_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from _common import interleaved_medians, qwen3_config
 
 
 def _import_time(env_extra: dict[str, str], repeats: int = 7) -> float:
@@ -44,18 +34,10 @@ def _import_time(env_extra: dict[str, str], repeats: int = 7) -> float:
 
 
 def bench_model(repeats: int) -> None:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     for hidden, layers, batch, seq in ((128, 2, 4, 64), (512, 4, 4, 128)):
-        config = Qwen3Config(
-            vocab_size=1024,
-            hidden_size=hidden,
-            intermediate_size=hidden * 3,
-            num_hidden_layers=layers,
-            num_attention_heads=8,
-            num_key_value_heads=4,
-            head_dim=hidden // 8,
-        )
+        config = qwen3_config(hidden, layers)
         torch.manual_seed(0)
         cpu = Qwen3ForCausalLM(config).eval()
         tpu = Qwen3ForCausalLM(config).eval()
@@ -64,16 +46,16 @@ def bench_model(repeats: int) -> None:
         ids = torch.randint(0, 1024, (batch, seq))
         ids_tpu = ids.to("tpu")
         with torch.no_grad():
-            t_cpu = _median_time(lambda: cpu(ids), repeats)
-            t_tpu = _median_time(lambda: tpu(ids_tpu), repeats)
+            t_cpu, t_tpu = interleaved_medians([lambda: cpu(ids), lambda: tpu(ids_tpu)], repeats)
         label = f"forward  hidden={hidden} layers={layers} batch={batch}x{seq}"
         print(
             f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x"
         )
         gen = {"max_new_tokens": 32, "do_sample": False, "min_new_tokens": 32}
         short = ids[:, :16]
-        t_cpu = _median_time(lambda: cpu.generate(short, **gen), max(1, repeats // 3))
-        t_tpu = _median_time(lambda: tpu.generate(short.to("tpu"), **gen), max(1, repeats // 3))
+        t_cpu, t_tpu = interleaved_medians(
+            [lambda: cpu.generate(short, **gen), lambda: tpu.generate(short.to("tpu"), **gen)], max(1, repeats // 3)
+        )
         label = f"generate hidden={hidden} layers={layers} 32 tokens"
         print(
             f"{label:<48} cpu {t_cpu * 1e3:8.1f} ms   tpu(emulated) {t_tpu * 1e3:8.1f} ms   ratio {t_tpu / t_cpu:.2f}x"
@@ -82,8 +64,10 @@ def bench_model(repeats: int) -> None:
 
 def bench_tiny_ops(n: int = 10000) -> None:
     x, y = torch.ones(8), torch.ones(8).to("tpu")
-    t_cpu = _median_time(lambda: [x.add(1) for _ in range(n)], 3) / n
-    t_tpu = _median_time(lambda: [y.add(1) for _ in range(n)], 3) / n
+    t_cpu, t_tpu = (
+        t / n
+        for t in interleaved_medians([lambda: [x.add(1) for _ in range(n)], lambda: [y.add(1) for _ in range(n)]], 3)
+    )
     print(
         f"{'tiny op (add on 8 elements)':<48} cpu {t_cpu * 1e6:8.2f} us   tpu(emulated) {t_tpu * 1e6:8.2f} us   ratio {t_tpu / t_cpu:.2f}x"
     )

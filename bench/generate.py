@@ -9,25 +9,18 @@ import tempfile
 import time
 
 import torch
+from _common import qwen3_config
 
 
 def main() -> None:
-    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen3ForCausalLM
 
     import hf_tpu
     import hf_tpu.emulator
     from hf_tpu.transformers import pad_to_bucket
 
     hf_tpu.emulator.enable()
-    config = Qwen3Config(
-        vocab_size=4096,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=32,
-    )
+    config = qwen3_config(256, 4, vocab=4096)
     torch.manual_seed(0)
     path = tempfile.mkdtemp()
     Qwen3ForCausalLM(config).save_pretrained(path)
