@@ -7,14 +7,19 @@ autoload entry point (``HF_TPU_EMULATE=1`` for the emulator) or by ``hf_tpu.emul
 from __future__ import annotations
 
 __version__ = "0.1.0"
-from .recompiles import (
-    CompileReport,
-    GraphCompile,
-    RecompileError,
-    compile_report,
-    strict_recompile,
-    watch_compiles,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .recompiles import (
+        CompileReport,
+        GraphCompile,
+        RecompileError,
+        compile_report,
+        strict_recompile,
+        watch_compiles,
+    )
+
+_LAZY = {"CompileReport", "GraphCompile", "RecompileError", "compile_report", "strict_recompile", "watch_compiles"}
 
 __all__ = [
     "CompileReport",
@@ -26,6 +31,15 @@ __all__ = [
     "strict_recompile",
     "watch_compiles",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: `import torch` runs our autoload, which must stay cheap.
+    if name in _LAZY:
+        from . import recompiles
+
+        return getattr(recompiles, name)
+    raise AttributeError(f"module 'hf_tpu' has no attribute {name!r}")
 
 
 def backend() -> str:

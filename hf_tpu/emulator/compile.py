@@ -292,14 +292,24 @@ def _register_device_interface() -> None:
     di.register_interface_for_device("tpu", EmulatedTpuInterface)
 
 
-def install() -> None:
-    """Register the backend and patch ``torch.compile`` the way TorchTPU does."""
+def _register_with_dynamo(_module: Any = None) -> None:
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
     _register_device_interface()
-    if "tpu" not in _COMPILER_FNS or not isinstance(_COMPILER_FNS["tpu"], TpuBackend):
+    if not isinstance(_COMPILER_FNS.get("tpu"), TpuBackend):
         _COMPILER_FNS.pop("tpu", None)
         register_backend(compiler_fn=TpuBackend(), name="tpu")
+
+
+def install() -> None:
+    """Register the backend and patch ``torch.compile`` the way TorchTPU does.
+
+    Dynamo costs over a second to import, so the backend is registered when Dynamo is first
+    imported (by ``torch.compile`` or anything else), not during ``import torch``.
+    """
+    from .._import_hooks import when_imported
+
+    when_imported("torch._dynamo", _register_with_dynamo)
     if getattr(torch.compile, "_hf_tpu_patched", False):
         return
     original_compile = torch.compile
