@@ -18,9 +18,10 @@ def emulation_requested() -> bool:
 
 def install_integrations() -> None:
     """Hook the Hugging Face integrations (they attach when each library is imported)."""
-    from . import transformers
+    from . import diffusers, kernels, tp_plans, transformers
 
-    transformers.install()
+    for integration in (transformers, diffusers, kernels, tp_plans):
+        integration.install()
 
 
 def autoload() -> None:

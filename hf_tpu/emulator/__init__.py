@@ -86,9 +86,9 @@ def enable(generation: str | None = None, hbm: str | int | None = None, *, quiet
 
         install(gen, capacity)
         _enabled = True
-        from .. import transformers as hf_transformers
+        from .._autoload import install_integrations
 
-        hf_transformers.install()
+        install_integrations()
         if not quiet:
             sys.stderr.write(
                 f"hf-tpu: emulated TPU {gen.key} (CPU-backed), 1 chip, {format_bytes(capacity)} HBM" + "\n"
