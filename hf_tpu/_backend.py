@@ -60,3 +60,20 @@ def backend() -> str:
     if real_tpu_present():
         return "tpu"
     return "none"
+
+
+def on_tpu(device: object = None) -> bool:
+    """Is ``device`` a TPU device, or (no device) is this process's accelerator a TPU?
+
+    Integration patches check this first, so CPU and CUDA users of the same process keep
+    upstream behaviour.
+    """
+    import torch
+
+    if device is not None:
+        try:
+            return torch.device(device).type == "tpu"  # type: ignore[arg-type]
+        except (RuntimeError, TypeError):
+            return False
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return accelerator is not None and accelerator.type == "tpu"

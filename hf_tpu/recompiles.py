@@ -100,6 +100,10 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"tensor '(?P<n>.+?)' (?:dispatch key set|device) mismatch"),
         "input '{n}' moved to another device",
     ),
+    (
+        re.compile(r"^(?P<n>.+?)\.storage_offset\(\) == (?P<a>\d+)"),
+        "input '{n}' storage offset changed (it was {a}): a view into a larger tensor, e.g. timesteps[i]; pass a clone",
+    ),
     (re.compile(r"___check_global_state\(\)"), "global state changed (grad mode, autocast or default dtype)"),
     (re.compile(r"___check_obj_id\((?P<n>[^,]+),"), "a different object was passed as {n}"),
     (re.compile(r"^(?P<n>[A-Za-z_][\w.\[\]'\"]*) == (?P<a>.+?)\s*(?:#|$)"), "value of {n} changed (it was {a})"),
@@ -111,6 +115,7 @@ def _clean_name(name: str) -> str:
     """``L['self']._modules['lin'].weight`` -> ``self.lin.weight``; ``L['x']`` -> ``x``."""
     name = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", name)
     name = re.sub(r"^[LG]\['([^']+)'\]", r"\1", name)
+    name = re.sub(r"^kwargs\['([^']+)'\]", r"\1", name)  # keyword arguments of a **kwargs wrapper
     return name
 
 

@@ -224,6 +224,7 @@ class TpuBackend:
         from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
+        _guard_input_storage_offsets(gm)
         use_inductor = _cxx_available()
         compiler = functools.partial(_graph_compiler, use_inductor=use_inductor)
         return aot_autograd(
@@ -235,6 +236,23 @@ class TpuBackend:
             # cache back after every decode step (1.1x -> 1.5x eager in bench/generate.py).
             keep_inference_input_mutations=True,
         )(gm, example_inputs)
+
+
+def _guard_input_storage_offsets(gm: torch.fx.GraphModule) -> None:
+    """TorchTPU's first compile step: a graph is valid only for its inputs' storage offsets.
+
+    So a view that moves through a buffer (``timesteps[i]`` in a denoising loop) recompiles
+    every step, as on the chip; the guards fail with "storage_offset()" in Dynamo's reason.
+    """
+    from torch._dynamo.guards import GuardBuilder, install_guard
+    from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+    for node in gm.graph.find_nodes(op="placeholder"):
+        arg = node.meta.get("grapharg")
+        source = getattr(arg, "source", None)
+        if source is None or not isinstance(getattr(arg, "example", None), torch.Tensor):
+            continue
+        install_guard(TensorPropertySource(source, TensorProperty.STORAGE_OFFSET).make_guard(GuardBuilder.EQUALS_MATCH))
 
 
 def _graph_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, use_inductor: bool) -> _CompiledGraph:

@@ -119,6 +119,24 @@ def test_recompile_report_counts_and_names_the_change():
     assert any(c.function == "f" for c in hf_tpu.compile_report().compiles)
 
 
+def test_a_view_at_a_new_storage_offset_recompiles_as_on_tpu():
+    # TorchTPU guards input storage offsets: `for t in timesteps` hands a new view every step.
+    @torch.compile(backend="tpu", fullgraph=True)
+    def f(x, t):
+        return x * t
+
+    x, timesteps = torch.ones(2, device="tpu"), torch.linspace(1, 0, 3, device="tpu")
+    with hf_tpu.watch_compiles() as report:
+        for t in timesteps:
+            torch.testing.assert_close(f(x, t).cpu(), x.cpu() * t.item())
+    assert report.count() == 3
+    assert report.recompiles[0].reason.startswith("input 't' storage offset changed (it was 0)")
+    with hf_tpu.watch_compiles() as report:
+        for t in timesteps:
+            f(x, t.clone())  # offset 0 again: the first graph serves every step
+    assert report.count() == 0
+
+
 def test_strict_mode_raises_on_recompile_after_warm_up():
     @torch.compile(backend="tpu")
     def h(x):

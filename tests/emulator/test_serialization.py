@@ -24,18 +24,20 @@ def test_safetensors_files_identical_to_cpu(tmp_path):
     assert (tmp_path / "cpu.safetensors").read_bytes() == (tmp_path / "tpu.safetensors").read_bytes()
 
 
-def test_tied_weights_detected_by_storage():
-    # torch's Module.to() re-creates parameters for PrivateUse1 devices (no shallow-copy
-    # compatibility with CPU), so ties are made on the device, as transformers' tie_weights does.
+def test_tied_weights_stay_tied_through_to_and_are_detected_by_storage():
+    # The emulator declares dense tpu and CPU tensors shallow-copy compatible (as CUDA is with
+    # CPU), so Module.to() moves parameters in place and ties survive; `.data =` swaps work.
     model = torch.nn.ModuleDict({"emb": torch.nn.Embedding(10, 4), "head": torch.nn.Linear(4, 10, bias=False)})
-    model = model.to("tpu")
     model["head"].weight = model["emb"].weight
-    a, b = model["emb"].weight, model["head"].weight
-    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    weight = model["emb"].weight
+    model = model.to("tpu")
+    assert model["emb"].weight is weight and model["head"].weight is weight and weight.device.type == "tpu"
     from safetensors.torch import _find_shared_tensors
 
     shared = _find_shared_tensors(model.state_dict())
     assert any(len(group) == 2 for group in shared)
+    weight.data = torch.zeros(10, 4)
+    assert weight.device.type == "cpu" and model["head"].weight.device.type == "cpu"
 
 
 def test_torch_save_and_load(tmp_path):

@@ -201,6 +201,18 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
                                                  scale, enable_gqa);
 }
 
+// `param.data = t` and Module.to() swap a tensor's storage in place only for "shallow-copy
+// compatible" pairs; c10 lists CPU/CUDA/XPU... but not PrivateUse1, and asks backends to say
+// so themselves. Dense tpu and CPU tensors share one TensorImpl layout, as CUDA and CPU do:
+// without this, Module.to("tpu") unties tied weights and diffusers' group offloading fails.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.is_cpu() || t.device().is_privateuseone());
+  };
+  return (dense(self) && dense(from)) ||
+         self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -220,6 +232,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("histc", TORCH_FN(histc));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 
 }  // namespace hf_tpu
