@@ -22,3 +22,19 @@ def test_transformers_generate_example_runs_on_the_emulator():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "64 new tokens on tpu:0" in proc.stdout
     assert "hf-tpu: emulated TPU v6e" in proc.stderr
+
+
+def test_diffusers_sd3_example_compiles_once_and_reuses_the_graph(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
+    out = tmp_path / "cat.png"
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "diffusers_sd3.py"), "--steps", "3", "--size", "64", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "first (compiles):" in proc.stdout and "1 graph(s) compiled" in proc.stdout
+    assert "second (reuses the graph):" in proc.stdout and "0 graph(s) compiled" in proc.stdout
+    assert f"saved {out} (64x64) from tpu:0" in proc.stdout and out.stat().st_size > 0

@@ -51,19 +51,24 @@ def _t5():
     )
 
 
-def _vae(latent_channels: int):
+def _vae(latent_channels: int, channels: tuple[int, ...] = (8, 8)):
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(
-        sample_size=32, in_channels=3, out_channels=3, block_out_channels=(8, 8), layers_per_block=1,
-        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+        sample_size=32, in_channels=3, out_channels=3, block_out_channels=channels, layers_per_block=1,
+        down_block_types=("DownEncoderBlock2D",) * len(channels), up_block_types=("UpDecoderBlock2D",) * len(channels),
         latent_channels=latent_channels, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
         shift_factor=0.0609, scaling_factor=1.5035,
     )  # fmt: skip
 
 
-def build_sd3(path: Path, *, num_layers: int = 1, seed: int = 0):
-    """Stable Diffusion 3 (two CLIP encoders, no T5 — the pipeline allows it), MMDiT transformer."""
+def build_sd3(
+    path: Path, *, num_layers: int = 1, heads: int = 4, head_dim: int = 8, vae_channels=(8, 8), seed: int = 0
+):
+    """Stable Diffusion 3 (two CLIP encoders, no T5 — the pipeline allows it), MMDiT transformer.
+
+    The defaults are tiny (tests); bench/diffusion.py asks for a larger transformer and VAE.
+    """
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 
     torch.manual_seed(seed)
@@ -74,14 +79,14 @@ def build_sd3(path: Path, *, num_layers: int = 1, seed: int = 0):
             in_channels=4,
             out_channels=4,
             num_layers=num_layers,
-            attention_head_dim=8,
-            num_attention_heads=4,
-            caption_projection_dim=32,
+            attention_head_dim=head_dim,
+            num_attention_heads=heads,
+            caption_projection_dim=heads * head_dim,
             joint_attention_dim=64,
             pooled_projection_dim=64,
-        ),  # fmt: skip
+        ),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-        vae=_vae(latent_channels=4),
+        vae=_vae(latent_channels=4, channels=vae_channels),
         text_encoder=_clip(True),
         tokenizer=byte_tokenizer(16),
         text_encoder_2=_clip(True),
@@ -109,7 +114,7 @@ def build_flux(path: Path, *, seed: int = 0):
             joint_attention_dim=32,
             pooled_projection_dim=32,
             axes_dims_rope=[4, 4, 8],
-        ),  # fmt: skip
+        ),
         scheduler=FlowMatchEulerDiscreteScheduler(),
         vae=_vae(latent_channels=4),
         text_encoder=_clip(False),
@@ -154,7 +159,7 @@ def build_qwenimage(path: Path, *, seed: int = 0):
             joint_attention_dim=16,
             guidance_embeds=False,
             axes_dims_rope=(8, 4, 4),
-        ),  # fmt: skip
+        ),
         scheduler=FlowMatchEulerDiscreteScheduler(),
         vae=AutoencoderKLQwenImage(
             base_dim=z_dim * 6,
@@ -164,7 +169,7 @@ def build_qwenimage(path: Path, *, seed: int = 0):
             temperal_downsample=[False, True],
             latents_mean=[0.0] * z_dim,
             latents_std=[1.0] * z_dim,
-        ),  # fmt: skip
+        ),
         text_encoder=Qwen2_5_VLForConditionalGeneration(encoder_config),
         tokenizer=byte_tokenizer(64),
     )
@@ -194,7 +199,7 @@ def build_sdxl(path: Path, *, seed: int = 0):
             projection_class_embeddings_input_dim=80,
             cross_attention_dim=64,
             norm_num_groups=1,
-        ),  # fmt: skip
+        ),
         scheduler=EulerDiscreteScheduler(
             beta_start=0.00085,
             beta_end=0.012,
