@@ -38,3 +38,16 @@ def test_diffusers_sd3_example_compiles_once_and_reuses_the_graph(tmp_path):
     assert "first (compiles):" in proc.stdout and "1 graph(s) compiled" in proc.stdout
     assert "second (reuses the graph):" in proc.stdout and "0 graph(s) compiled" in proc.stdout
     assert f"saved {out} (64x64) from tpu:0" in proc.stdout and out.stat().st_size > 0
+
+
+def test_tp_generate_example_runs_on_two_emulated_chips():
+    env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", str(EXAMPLES / "tp_generate.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "new tokens with tp_size=2" in proc.stdout

@@ -47,6 +47,7 @@ class TpuProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> None:
         super().__init__(rank, size)
+        _join(store, rank, size, min(timeout, join_timeout()))
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._timeout = timeout
         _live.add(self)
@@ -154,6 +155,31 @@ class TpuProcessGroup(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         return self._call("recv_anysource", tensors, tag)
+
+
+def join_timeout() -> datetime.timedelta:
+    """How long ranks wait for each other to create a group: ``HF_TPU_JOIN_TIMEOUT`` seconds (default 300).
+
+    Separate from the collectives' timeout, which callers set long on purpose (transformers uses 2 h because
+    sharded loading skews ranks): a rank that never starts must not hold the others for hours.
+    """
+    return datetime.timedelta(seconds=float(os.environ.get("HF_TPU_JOIN_TIMEOUT", "300")))
+
+
+def _join(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> None:
+    """Every rank checks in; on timeout, the error names the ranks that never did."""
+    if size == 1:
+        return
+    store.set(f"hf_tpu_join/{rank}", "1")
+    keys = [f"hf_tpu_join/{r}" for r in range(size)]
+    try:
+        store.wait(keys, timeout)
+    except Exception as err:  # noqa: BLE001  (c10d raises DistStoreError / RuntimeError by version)
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        raise RuntimeError(
+            f"tpu_dist: rank {rank} waited {timeout.total_seconds():.0f} s, but rank(s) {missing} of {size} never "
+            "joined the process group (crashed or still starting?). Set HF_TPU_JOIN_TIMEOUT to wait longer."
+        ) from err
 
 
 def _create_process_group(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> TpuProcessGroup:
