@@ -12,14 +12,8 @@ from typing import Any
 
 import torch
 
+from .._backend import on_tpu
 from ._core import IfPresent, divide_heads, get
-
-
-def _on_tpu() -> bool:
-    try:
-        return torch._C._get_accelerator().type == "tpu"
-    except RuntimeError:
-        return False
 
 
 class RegistryPlan(dict):
@@ -33,7 +27,7 @@ def G8_sd3_plan(module: ModuleType) -> None:  # noqa: N802
     none, so ``parallel_config=TensorParallelConfig(tp_degree=N)`` and ``enable_parallelism`` work."""
     cls = module.SD3Transformer2DModel
     entry = get(cls)
-    if entry is not None and cls.__dict__.get("_tp_plan") is None and _on_tpu():
+    if entry is not None and cls.__dict__.get("_tp_plan") is None and on_tpu():
         cls._tp_plan = RegistryPlan(entry.plan)
 
 
@@ -103,7 +97,7 @@ def G20_device_index(module: ModuleType) -> None:  # noqa: N802
 
     @functools.wraps(original)
     def _resolve_parallel_config(self, config):
-        if not _on_tpu():
+        if not on_tpu():
             return original(self, config)
         from diffusers.models._modeling_parallel import ParallelConfig, TensorParallelConfig
 

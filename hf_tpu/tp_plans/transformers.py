@@ -13,16 +13,10 @@ from typing import Any
 
 import torch
 
+from .._backend import on_tpu
 from ._core import PlanError, divide_heads, plan_for, validate_plan
 
 LAUNCH_HINT = "hf-tpu launch -n N script.py"
-
-
-def _on_tpu() -> bool:
-    try:
-        return torch._C._get_accelerator().type == "tpu"
-    except RuntimeError:
-        return False
 
 
 # ---- G6: tp_plan="auto" without a launch ------------------------------------------------------------
@@ -82,7 +76,7 @@ def G6_launch_and_device_map(module: ModuleType) -> None:  # noqa: N802
     original = cls.__dict__["prepare_distribute_model"].__func__
 
     def prepare_distribute_model(klass, distributed_config, device_map=None):
-        if distributed_config is not None and _on_tpu():
+        if distributed_config is not None and on_tpu():
             config = distributed_config
             if isinstance(config, dict):
                 from transformers.distributed import DistributedConfig
@@ -140,7 +134,7 @@ def G7_topology_aware_mesh(module: ModuleType) -> None:  # noqa: N802
 
     @functools.wraps(original)
     def initialize_distributed_mesh(distributed_config):
-        if not _on_tpu():
+        if not on_tpu():
             return original(distributed_config)
         c = distributed_config
         shape = (c.pp_size, c.dp_replicate_size, c.fsdp_size, c.tp_size)
@@ -182,12 +176,12 @@ def G8_registry_and_validation(module: ModuleType) -> None:  # noqa: N802
     @functools.wraps(original)
     def _resolve_parallel_plans(self, distributed_config):
         tp_size = distributed_config.tp_size
-        if _on_tpu() and tp_size > 1:
+        if on_tpu() and tp_size > 1:
             extra = plan_for(self, skip=_ships_own_plan)
             if extra:
                 self._tp_plan = {**extra, **(self._tp_plan or {})}
         tp_plan, ep_plan, fsdp_plan = original(self, distributed_config)
-        if _on_tpu() and tp_size > 1 and tp_plan:
+        if on_tpu() and tp_size > 1 and tp_plan:
             try:
                 validate_plan(self, tp_plan, tp_size)
             except PlanError as err:
