@@ -1,7 +1,52 @@
-"""(work in progress)"""
+"""MoE experts on TPU: ``experts_implementation="tokamax_ragged_dot"`` with no user code, and kernels on TPU.
+
+hf-tpu ships the ``ragged-dot-tpu`` kernel in kernels' layout (``ragged_dot_tpu/build/torch-tpu/``) and loads it
+offline with ``kernels.get_local_kernel``. Patches, one per upstream gap (ids from the hf_upstream_tpu reference):
+
+- G9: ``"tokamax_ragged_dot"`` is in ``ALL_EXPERTS_FUNCTIONS`` as soon as transformers' MoE module is imported, so
+  ``from_pretrained(..., experts_implementation="tokamax_ragged_dot")`` validates; the kernel loads on first call.
+- G14: kernels picks ``build/torch-tpu`` variants on a tpu device (it looks for ``torch.backends.tpu``).
+- G16: on a TPU, ``get_kernel("kernels-community/ragged-dot-tpu")`` (or the blog's ``tengomucho/ragged-dot-tpu``)
+  falls back to the shipped copy when the Hub cannot serve it, or when the installed tokamax is too old for it.
+
+Everything is installed only on a real or emulated TPU (``install()`` runs at set-up), and each patch re-checks
+the device, so other users of the same process see upstream behaviour. This module stays import-light: the
+autoload imports it from inside ``import torch``.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .experts import (
+        EXPERTS_IMPLEMENTATION,
+        HUB_REPOS,
+        KERNEL_DIR,
+        load_ragged_dot_kernel,
+        tokamax_ragged_dot_experts_forward,
+    )
+
+__all__ = [
+    "EXPERTS_IMPLEMENTATION",
+    "HUB_REPOS",
+    "KERNEL_DIR",
+    "install",
+    "load_ragged_dot_kernel",
+    "tokamax_ragged_dot_experts_forward",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import experts
+
+        return getattr(experts, name)
+    raise AttributeError(f"module 'hf_tpu.kernels' has no attribute {name!r}")
 
 
 def install() -> None:
     """Attach this integration's hooks when its library is imported. Idempotent."""
+    from .experts import install as _install
+
+    _install()

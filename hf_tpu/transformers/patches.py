@@ -14,19 +14,10 @@ from typing import Any
 
 import torch
 
+from .._backend import on_tpu
 from .._import_hooks import when_imported
 
 _installed = False
-
-
-def _on_tpu(device: Any = None) -> bool:
-    if device is not None:
-        try:
-            return torch.device(device).type == "tpu"
-        except (RuntimeError, TypeError):
-            return False
-    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
-    return accelerator is not None and accelerator.type == "tpu"
 
 
 def _size(n: float) -> str:
@@ -38,11 +29,11 @@ def _size(n: float) -> str:
 # ---- G2: max_memory={"tpu:0": ...} -------------------------------------------------------
 def _normalize_max_memory(max_memory: dict | None) -> dict | None:
     """``"tpu"``, ``"tpu:0"`` and ``torch.device("tpu:0")`` keys become the index accelerate expects."""
-    if max_memory is None or not _on_tpu():
+    if max_memory is None or not on_tpu():
         return max_memory
     out = {}
     for key, value in max_memory.items():
-        if isinstance(key, (str, torch.device)) and key not in ("cpu", "disk", "mps") and _on_tpu(key):
+        if isinstance(key, (str, torch.device)) and key not in ("cpu", "disk", "mps") and on_tpu(key):
             key = torch.device(key).index or 0
         out[key] = value
     return out
@@ -68,7 +59,7 @@ def G1_auto_offload_report(module: ModuleType) -> None:  # noqa: N802
     def _get_device_map(model, device_map, max_memory, hf_quantizer):
         requested = device_map
         result = original(model, device_map, max_memory, hf_quantizer)
-        if isinstance(requested, str) and isinstance(result, dict) and _on_tpu():
+        if isinstance(requested, str) and isinstance(result, dict) and on_tpu():
             _report_placement(model, requested, result, _normalize_max_memory(max_memory))
         return result
 
@@ -81,7 +72,7 @@ def _report_placement(model: Any, requested: str, device_map: dict, max_memory: 
     sizes = compute_module_sizes(model)
     placed: dict[str, int] = {"tpu:0": 0}
     for name, device in device_map.items():
-        label = "tpu:0" if isinstance(device, int) or _on_tpu(device) else str(device)
+        label = "tpu:0" if isinstance(device, int) or on_tpu(device) else str(device)
         placed[label] = placed.get(label, 0) + sizes.get(name, 0)
     offloaded = {k: v for k, v in placed.items() if not k.startswith("tpu")}
     if not offloaded:
@@ -109,7 +100,7 @@ def G3_skip_allocator_warmup(module: ModuleType) -> None:  # noqa: N802
     @functools.wraps(original)
     def caching_allocator_warmup(model, expanded_device_map, hf_quantizer):
         kept = {
-            k: v for k, v in expanded_device_map.items() if not (isinstance(v, int) and _on_tpu()) and not _on_tpu(v)
+            k: v for k, v in expanded_device_map.items() if not (isinstance(v, int) and on_tpu()) and not on_tpu(v)
         }
         if kept:
             return original(model, kept, hf_quantizer)
@@ -142,7 +133,7 @@ def G11_compile_config_for_tpu(module: ModuleType) -> None:  # noqa: N802
 def _tpu_memory_breakdown(original: Any) -> Any:
     @functools.wraps(original)
     def get_device_and_memory_breakdown():
-        if not _on_tpu():
+        if not on_tpu():
             return original()
         free, total = torch.accelerator.get_memory_info()
         return (
