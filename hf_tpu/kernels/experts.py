@@ -104,9 +104,9 @@ def _tokamax_too_old() -> bool:
 
 
 def G16_hub_kernel_fallback(module: ModuleType) -> None:  # noqa: N802
-XX
-    serve it (offline, no cache) or when tokamax < 0.0.13 (Python 3.11) cannot run the Hub build's
-    ``mosaic_tpu_v2``. Other repos and non-TPU processes are untouched."""
+    """kernels.load (and the ``kernels`` package's binding of it, if already made): on a TPU, ``get_kernel`` of
+    a known ragged-dot repo loads the shipped copy when the Hub cannot serve it (offline, no cache) or when
+    tokamax < 0.0.13 (Python 3.11) cannot run the Hub build's ``mosaic_tpu_v2``. Other repos and non-TPU processes are untouched."""
     original = module.get_kernel
     if getattr(original, "__hf_tpu__", False):
         return

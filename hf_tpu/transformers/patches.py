@@ -99,9 +99,7 @@ def G3_skip_allocator_warmup(module: ModuleType) -> None:  # noqa: N802
 
     @functools.wraps(original)
     def caching_allocator_warmup(model, expanded_device_map, hf_quantizer):
-        kept = {
-            k: v for k, v in expanded_device_map.items() if not (isinstance(v, int) and on_tpu()) and not on_tpu(v)
-        }
+        kept = {k: v for k, v in expanded_device_map.items() if not (isinstance(v, int) and on_tpu()) and not on_tpu(v)}
         if kept:
             return original(model, kept, hf_quantizer)
         return None
