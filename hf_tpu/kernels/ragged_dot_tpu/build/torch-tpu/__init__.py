@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import sys
 from typing import Any
 
 import torch
@@ -47,14 +46,19 @@ _V1_MIN_DIM = 128  # tokamax's v1 "mosaic" kernel refuses any non-expert dimensi
 def _probe() -> dict[str, Any]:
     """What this process has, resolved at import (kernels loads a torch-tpu build only once a TPU is up), so
     nothing here runs inside a torch.compile trace."""
-    emulator = sys.modules.get("hf_tpu.emulator")
+    try:  # hf-tpu's public answer: a CPU-backed emulated chip cannot run Pallas TPU kernels
+        import hf_tpu
+
+        emulated = hf_tpu.backend() == "emulated"
+    except ImportError:  # this build loaded without hf-tpu: a real TPU
+        emulated = False
     version = None
     if importlib.util.find_spec("tokamax") is not None:
         from packaging.version import Version
 
         version = Version(importlib.metadata.version("tokamax")).release
     return {
-        "emulated": bool(emulator is not None and emulator.is_enabled()),
+        "emulated": emulated,
         "has_jax": importlib.util.find_spec("jax") is not None,
         "tokamax_version": version,
     }
