@@ -13,5 +13,7 @@ demo:
 test:
 	bash scripts/test.sh
 
+# Every benchmark, one run each, printing ratios (several minutes on 2 cores).
 bench: setup
-	python bench/emulator_overhead.py
+	set -e; for script in emulator_overhead compile generate load diffusion moe_decode tp_load; do \
+		echo "== bench/$$script.py"; python bench/$$script.py; done
