@@ -14,9 +14,7 @@ from typing import Any
 import torch
 
 from .._backend import on_tpu
-from .._import_hooks import when_imported
-
-_installed = False
+from .._import_hooks import install_patches
 
 
 # ---- G5: DiffusionPipeline.from_pretrained(device_map="tpu" | "tpu:0") -------------------
@@ -107,9 +105,4 @@ PATCHES: tuple[tuple[str, str, Callable[[ModuleType], None]], ...] = (
 
 
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    for _gap, module_name, patch in PATCHES:
-        when_imported(module_name, patch)
+    install_patches(PATCHES)

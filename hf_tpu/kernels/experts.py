@@ -9,7 +9,6 @@ import functools
 import importlib.metadata
 import importlib.util
 import sys
-import threading
 import types
 import warnings
 from pathlib import Path
@@ -17,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .._backend import on_tpu
-from .._import_hooks import when_imported
+from .._import_hooks import install_patches
 
 if TYPE_CHECKING:
     import torch
@@ -27,9 +26,6 @@ EXPERTS_IMPLEMENTATION = "tokamax_ragged_dot"
 KERNEL_DIR = Path(__file__).parent / "ragged_dot_tpu"
 HUB_REPOS = ("kernels-community/ragged-dot-tpu", "tengomucho/ragged-dot-tpu")
 _V2_MIN = (0, 0, 13)  # the Hub kernel calls tokamax's mosaic_tpu_v2, first in 0.0.13 (Python >= 3.12)
-
-_installed = False
-_lock = threading.Lock()
 
 
 def _set_kernels_backend() -> None:
@@ -149,10 +145,4 @@ PATCHES: tuple[tuple[str, str, Any], ...] = (
 
 def install() -> None:
     """Attach this integration's hooks when its library is imported. Idempotent."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        _installed = True
-    for _gap, module_name, patch in PATCHES:
-        when_imported(module_name, patch)
+    install_patches(PATCHES)

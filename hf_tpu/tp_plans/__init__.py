@@ -71,11 +71,10 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    from .._import_hooks import when_imported
+    from .._import_hooks import install_patches
     from . import diffusers as _diffusers
     from . import transformers as _transformers
     from ._builtin import register_builtin
 
     register_builtin()
-    for _gap, module_name, patch in (*_transformers.PATCHES, *_diffusers.PATCHES):
-        when_imported(module_name, patch)
+    install_patches((*_transformers.PATCHES, *_diffusers.PATCHES))

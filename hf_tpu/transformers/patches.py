@@ -15,9 +15,7 @@ from typing import Any
 import torch
 
 from .._backend import on_tpu
-from .._import_hooks import when_imported
-
-_installed = False
+from .._import_hooks import install_patches
 
 
 def _size(n: float) -> str:
@@ -165,9 +163,4 @@ PATCHES: tuple[tuple[str, str, Any], ...] = (
 
 
 def install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    for _gap, module_name, patch in PATCHES:
-        when_imported(module_name, patch)
+    install_patches(PATCHES)
