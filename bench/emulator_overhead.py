@@ -1,13 +1,16 @@
-"""What the emulated TPU costs: model forward/generate vs plain CPU, core build, autoload.
+"""What the emulated TPU costs: model forward/generate vs plain CPU, the faithful profile vs ideal,
+core build, autoload.
 
 Run: ``python bench/emulator_overhead.py`` (add ``--skip-build`` to skip the cold build,
 which takes minutes). Everything is measured side by side in this one run; the ratios
-are what to compare across machines, not the absolute times.
+are what to compare across machines, not the absolute times. The profile comparison runs each
+profile in its own process (the profile is chosen at start-up), alternating, medians of the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -62,6 +65,44 @@ def bench_model(repeats: int) -> None:
         )
 
 
+def _profile_workloads(repeats: int) -> dict[str, float]:
+    """Seconds per call of each workload on this process's emulated TPU (the --profile-worker side)."""
+    from transformers import Qwen3ForCausalLM
+
+    out = {}
+    for hidden, layers, batch, seq in ((128, 2, 4, 64), (512, 4, 4, 128)):
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(qwen3_config(hidden, layers)).eval().to("tpu")
+        ids = torch.randint(0, 1024, (batch, seq)).to("tpu")
+        gen = {"max_new_tokens": 32, "do_sample": False, "min_new_tokens": 32}
+        with torch.no_grad():
+            fwd, generate = interleaved_medians(
+                [lambda: model(ids).logits.cpu(), lambda: model.generate(ids[:, :16], **gen)], repeats
+            )
+        out[f"forward  hidden={hidden} layers={layers} batch={batch}x{seq}"] = fwd
+        out[f"generate hidden={hidden} layers={layers} 32 tokens"] = generate
+    return out
+
+
+def bench_profiles(repeats: int, rounds: int = 3) -> None:
+    """The faithful profile (TPU numerics and the gap workarounds) against ideal (CPU-exact)."""
+    times: dict[str, dict[str, list[float]]] = {"torch_tpu": {}, "ideal": {}}
+    for _ in range(rounds):
+        for profile in ("ideal", "torch_tpu"):
+            env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}
+            env |= {"HF_TPU_EMULATE": "1", "HF_TPU_EMULATOR_PROFILE": profile}
+            cmd = [sys.executable, __file__, "--profile-worker", "--repeats", str(max(1, repeats // 3))]
+            result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            for label, seconds in json.loads(result.stdout.strip().splitlines()[-1]).items():
+                times[profile].setdefault(label, []).append(seconds)
+    print("\nprofile torch_tpu (TPU numerics + gap workarounds) vs ideal (CPU-exact), emulated TPU:")
+    for label, ideal in times["ideal"].items():
+        t_ideal, t_tpu = statistics.median(ideal), statistics.median(times["torch_tpu"][label])
+        print(
+            f"{label:<48} ideal {t_ideal * 1e3:8.1f} ms   torch_tpu {t_tpu * 1e3:8.1f} ms   cost {t_tpu / t_ideal:.2f}x"
+        )
+
+
 def bench_tiny_ops(n: int = 10000) -> None:
     x, y = torch.ones(8), torch.ones(8).to("tpu")
     t_cpu, t_tpu = (
@@ -88,15 +129,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-build", action="store_true", help="do not measure the cold build of the core")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--profile-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     import hf_tpu.emulator
 
+    if args.profile_worker:
+        torch.set_num_threads(os.cpu_count() or 1)
+        print(json.dumps(_profile_workloads(args.repeats)))
+        return
     hf_tpu.emulator.enable()
     torch.set_num_threads(os.cpu_count() or 1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     bench_model(args.repeats)
     bench_tiny_ops()
+    bench_profiles(args.repeats)
     base = _import_time({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     off = _import_time({})
     on = _import_time({"HF_TPU_EMULATE": "1"})

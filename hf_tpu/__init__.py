@@ -9,6 +9,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 from typing import TYPE_CHECKING, Any
 
+from . import _hooks
+
 if TYPE_CHECKING:
     from .recompiles import (
         CompileReport,
@@ -47,3 +49,12 @@ def backend() -> str:
     from ._backend import backend as _backend
 
     return _backend()
+
+
+def _install_integrations() -> None:
+    from ._autoload import install_integrations
+
+    install_integrations()
+
+
+_hooks.on_device_ready(_install_integrations)

@@ -17,9 +17,11 @@ def emulation_requested() -> bool:
 
 
 def install_integrations() -> None:
-    """Hook the Hugging Face integrations (they attach when each library is imported)."""
-    from . import diffusers, kernels, tp_plans, transformers
+    """Install the workarounds for the backend's gaps, and hook the Hugging Face integrations (they attach
+    when each library is imported)."""
+    from . import diffusers, kernels, tp_plans, transformers, workarounds
 
+    workarounds.install()
     for integration in (transformers, diffusers, kernels, tp_plans):
         integration.install()
 

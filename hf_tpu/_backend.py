@@ -21,18 +21,23 @@ def _read(path: str) -> str:
         return ""
 
 
-def pci_tpu_count() -> int:
-    """TPU chips exposed to this host through VFIO, counted the way TorchTPU counts them."""
-    count = 0
-    for dev in glob.glob("/sys/bus/pci/devices/*"):
+def tpu_vfio_paths() -> list[str]:
+    """The VFIO device file of each TPU chip of this host (``/dev/vfio/<group>``), as TorchTPU finds them."""
+    paths = []
+    for dev in sorted(glob.glob("/sys/bus/pci/devices/*")):
         if _read(os.path.join(dev, "vendor")) != "0x1ae0":
             continue
         if _read(os.path.join(dev, "device")) not in _TPU_PCI_IDS:
             continue
         group = os.path.basename(os.path.realpath(os.path.join(dev, "iommu_group")))
         if os.path.exists(f"/dev/vfio/{group}"):
-            count += 1
-    return count
+            paths.append(f"/dev/vfio/{group}")
+    return paths
+
+
+def pci_tpu_count() -> int:
+    """TPU chips exposed to this host through VFIO, counted the way TorchTPU counts them."""
+    return len(tpu_vfio_paths())
 
 
 def real_tpu_present() -> bool:

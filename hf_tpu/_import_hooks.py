@@ -10,7 +10,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import ModuleType
 
 _hooks: dict[str, list[Callable[[ModuleType], None]]] = {}
@@ -70,17 +70,3 @@ def when_imported(name: str, hook: Callable[[ModuleType], None]) -> None:
         module = sys.modules.get(name)
     if module is not None:
         _run(module)
-
-
-Patch = Callable[[ModuleType], None]
-_attached: set[tuple[str, Patch]] = set()
-
-
-def install_patches(patches: Iterable[tuple[str, str, Patch]]) -> None:
-    """Attach each ``(gap, module, patch)`` row of a PATCHES table, once however often it is called."""
-    for _gap, name, patch in patches:
-        with _lock:
-            if (name, patch) in _attached:
-                continue
-            _attached.add((name, patch))
-        when_imported(name, patch)

@@ -1,6 +1,8 @@
 """``hf-tpu``: run a script on n (emulated) TPU chips of this host, build the emulator core.
 
 hf-tpu launch -n 4 train.py --lr 1e-4   # torchrun --standalone, one process per chip
+hf-tpu gaps                              # probe TorchTPU's known gaps here, and what hf-tpu closes
+hf-tpu gaps --show cholesky              # a gap's standalone repro, for a TorchTPU bug report
 hf-tpu build                             # compile the emulator's C++ core ahead of time
 hf-tpu info                              # which TPU this process would use
 """
@@ -36,6 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     launch.add_argument("-n", "--nproc", type=int, required=True, help="number of chips (one process each)")
     launch.add_argument("script")
     launch.add_argument("script_args", nargs=argparse.REMAINDER)
+    gaps = sub.add_parser("gaps", help="probe the TPU backend's known gaps (each in its own process)")
+    from .gaps import BY_NAME
+
+    gaps.add_argument("--show", choices=sorted(BY_NAME), help="print a gap's standalone probe and exit")
+    gaps.add_argument("--only", nargs="+", choices=sorted(BY_NAME), metavar="GAP", help="probe just these gaps")
+    gaps.add_argument("--chips", type=int, help="emulated TPU: chips on the emulated host (multi-chip gaps need 2+)")
+    gaps.add_argument("--jobs", type=int, help="emulated TPU: probes run side by side (default: CPU count)")
+    gaps.add_argument("--timeout", type=float, default=600, help="seconds per probe (default 600)")
+    gaps.add_argument("--json", action="store_true", help="print the results as JSON")
+    gaps.add_argument("--no-save", action="store_true", help="do not record the measurement for this machine")
     sub.add_parser("build", help="build the emulated TPU's C++ core now")
     sub.add_parser("info", help="print which TPU this process uses")
     args = parser.parse_args(argv)
@@ -43,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.nproc < 1:
             parser.error(f"-n/--nproc must be at least 1, got {args.nproc}")
         return _launch(args)
+    if args.command == "gaps":
+        if args.chips is not None and args.chips < 1:
+            parser.error(f"--chips must be at least 1, got {args.chips}")
+        from .gaps import runner
+
+        return runner.main(args)
     if args.command == "build":
         from . import emulator
 

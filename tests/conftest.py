@@ -16,11 +16,20 @@ import pytest
 import hf_tpu.emulator
 
 hf_tpu.emulator.enable(quiet=True)
+# This process holds its emulated chip once it uses it. Processes the tests start (hf-tpu launch, examples,
+# fresh interpreters) each get an emulated host of their own, as if on another TPU VM; on one host they
+# could not open the chip (gap device_sharing, tested on purpose in tests/gaps).
+os.environ.pop("HF_TPU_EMULATOR_HOST", None)
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter with ``env`` added to (or, for None values, removed from) ours."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE",)}
+    """Run ``code`` in a fresh interpreter with ``env`` added to (or, for None values, removed from) ours.
+
+    The child is its own emulated host (as if on another TPU VM): this test process holds its chip,
+    and a second process on the same host could not open it (gap device_sharing). Pass
+    ``HF_TPU_EMULATOR_HOST`` in ``env`` to share a host on purpose.
+    """
+    full_env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
     for key, value in (env or {}).items():
         if value is None:
             full_env.pop(key, None)
@@ -33,6 +42,18 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def float32_matmuls():
+    """Exact float32 matmuls and convolutions for the test (TorchTPU's precision "highest", as Hugging
+    Face's TPU CI sets it). The default, "medium", rounds their operands to bfloat16, as a chip does."""
+    import torch
+
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(previous)
 
 
 @pytest.fixture

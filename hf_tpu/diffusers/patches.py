@@ -14,11 +14,11 @@ from typing import Any
 import torch
 
 from .._backend import on_tpu
-from .._import_hooks import install_patches
+from ..fixes import Fix, install_patches
 
 
 # ---- G5: DiffusionPipeline.from_pretrained(device_map="tpu" | "tpu:0") -------------------
-def G5_pipeline_device_map_tpu(module: ModuleType) -> None:  # noqa: N802
+def pipeline_device_map_tpu(module: ModuleType) -> None:
     """diffusers.pipelines.pipeline_utils: ``SUPPORTED_DEVICE_MAP`` is frozen when diffusers is
     imported; add the TPU names when the TPU came up later (or ``"tpu:0"`` was asked for)."""
     if not on_tpu():
@@ -42,7 +42,7 @@ _THROUGH_ACCELERATOR: dict[str, Callable[..., Any]] = {
 }
 
 
-def D14_device_backend_through_accelerator(module: ModuleType) -> None:  # noqa: N802
+def device_backend_through_accelerator(module: ModuleType) -> None:
     """diffusers.utils.torch_utils: ``TorchDeviceBackend`` answers the names TorchTPU keeps internal
     through ``torch.accelerator`` on a TPU (other devices: the ``torch.<device>`` module, as upstream)."""
     backend_cls = module.TorchDeviceBackend
@@ -81,7 +81,7 @@ def _static_inputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def G12_static_denoiser_inputs(module: ModuleType) -> None:  # noqa: N802
+def static_denoiser_inputs(module: ModuleType) -> None:
     """diffusers.models.modeling_utils: ``model.compile(...)`` on a TPU clones offset views before
     they reach the graph (SD3's pipeline clones its timestep itself; SDXL, SD1.5 and others pass
     ``t`` straight from ``timesteps``)."""
@@ -97,10 +97,10 @@ def G12_static_denoiser_inputs(module: ModuleType) -> None:  # noqa: N802
     model_cls.compile = compile
 
 
-PATCHES: tuple[tuple[str, str, Callable[[ModuleType], None]], ...] = (
-    ("G5", "diffusers.pipelines.pipeline_utils", G5_pipeline_device_map_tpu),
-    ("D14", "diffusers.utils.torch_utils", D14_device_backend_through_accelerator),
-    ("G12", "diffusers.models.modeling_utils", G12_static_denoiser_inputs),
+PATCHES: tuple[Fix, ...] = (
+    Fix.patch("G5", "diffusers.pipelines.pipeline_utils", pipeline_device_map_tpu),
+    Fix.patch("D14", "diffusers.utils.torch_utils", device_backend_through_accelerator),
+    Fix.patch("G12", "diffusers.models.modeling_utils", static_denoiser_inputs),
 )
 
 

@@ -2,6 +2,8 @@
 
 Opt in with ``HF_TPU_EMULATE=1`` (then ``import torch`` is enough) or call
 :func:`enable` before the first use of the device. A real TPU always wins.
+It behaves like a chip in its numerics and known gaps too (profile ``torch_tpu``, the
+default), or CPU-exact with no gaps (``HF_TPU_EMULATOR_PROFILE=ideal``).
 """
 
 from __future__ import annotations
@@ -13,26 +15,51 @@ import warnings
 
 from ._build import cache_dir
 from .generations import DEFAULT_GENERATION, format_bytes, get_generation, parse_bytes
+from .host_model import PROFILES, Host
 from .tracking import Tracker, TransferEvent, counters, track
 
 __all__ = [
+    "PROFILES",
+    "Host",
     "Tracker",
     "TransferEvent",
     "build",
     "cache_dir",
     "counters",
     "enable",
+    "host",
     "is_enabled",
+    "profile",
+    "reproduced_gaps",
     "track",
 ]
 
 _lock = threading.Lock()
 _enabled = False
+_host: Host | None = None
+_capacity = 0
 
 
 def is_enabled() -> bool:
     """Whether this process runs the emulated TPU."""
     return _enabled
+
+
+def host() -> Host | None:
+    """This process's view of the emulated host (chips, visible chips, profile), once enabled."""
+    return _host
+
+
+def profile() -> str | None:
+    """``"torch_tpu"`` or ``"ideal"`` once enabled, else None."""
+    return _host.profile if _host is not None else None
+
+
+def reproduced_gaps() -> frozenset[str]:
+    """Names (as in ``hf_tpu.gaps``) of the TorchTPU gaps this emulated TPU reproduces."""
+    from . import gaps
+
+    return gaps.reproduced()
 
 
 def build(verbose: bool = False) -> str:
@@ -43,23 +70,37 @@ def build(verbose: bool = False) -> str:
     return str(cache_dir())
 
 
-def enable(generation: str | None = None, hbm: str | int | None = None, *, quiet: bool = False) -> bool:
+def enable(
+    generation: str | None = None,
+    hbm: str | int | None = None,
+    *,
+    profile: str | None = None,
+    quiet: bool = False,
+) -> bool:
     """Set up the emulated ``"tpu"`` device in this process.
 
     Args:
         generation: TPU generation to emulate (``"v6e"`` by default, or ``HF_TPU_EMULATOR_GENERATION``).
-        hbm: HBM capacity of the chip, e.g. ``"64MiB"`` (default: the generation's, or ``HF_TPU_EMULATOR_HBM``).
+        hbm: HBM capacity per chip, e.g. ``"64MiB"`` (default: the generation's, or ``HF_TPU_EMULATOR_HBM``).
+        profile: ``"torch_tpu"`` (TPU numerics and TorchTPU's known gaps, the default) or ``"ideal"``
+            (CPU-exact, no gaps); default ``HF_TPU_EMULATOR_PROFILE``.
         quiet: do not print the one-line announcement to stderr.
+
+    The host (chips, visible chips, torchrun rank) comes from the environment: see ``host``.
 
     Returns:
         True if the emulator is active, False if a real TPU is present (the real TPU wins).
 
     Raises:
-        RuntimeError: PrivateUse1 is already used by another backend, or the core cannot be built.
+        RuntimeError: PrivateUse1 is already used by another backend, the core cannot be built, or the
+            emulator is already set up with other settings.
     """
-    global _enabled
+    global _enabled, _host, _capacity
+    from . import host_model
+
     with _lock:
         if _enabled:
+            _check_same_settings(generation, hbm, profile)
             return True
         from .._backend import real_tpu_present
 
@@ -81,16 +122,57 @@ def enable(generation: str | None = None, hbm: str | int | None = None, *, quiet
         gen = get_generation(generation or os.environ.get("HF_TPU_EMULATOR_GENERATION") or DEFAULT_GENERATION)
         hbm = hbm if hbm is not None else os.environ.get("HF_TPU_EMULATOR_HBM")
         capacity = parse_bytes(hbm) if hbm is not None else gen.hbm_bytes
+        if profile is not None:
+            os.environ["HF_TPU_EMULATOR_PROFILE"] = profile
+        # Every setting is checked before anything is registered: a bad one leaves torch untouched.
+        chosen = host_model.profile_from_env()
+        view = host_model.from_env(gen, chosen)
+        from . import gaps
+
+        gaps.abort_mode()
 
         from ._install import install
 
-        install(gen, capacity)
-        _enabled = True
-        from .._autoload import install_integrations
-
-        install_integrations()
+        install(gen, capacity, view)
+        _enabled, _host, _capacity = True, view, capacity
         if not quiet:
-            sys.stderr.write(
-                f"hf-tpu: emulated TPU {gen.key} (CPU-backed), 1 chip, {format_bytes(capacity)} HBM" + "\n"
-            )
-        return True
+            sys.stderr.write(_announcement(view, capacity) + "\n")
+    from .. import _hooks
+
+    _hooks.device_ready()
+    return True
+
+
+def _announcement(view: Host, capacity: int) -> str:
+    chips = f"{view.usable} chip" + ("s" if view.usable > 1 else "")
+    if view.rank is not None:
+        chips = f"chip {view.rank} of {view.chips} (torchrun rank)"
+    elif view.usable != view.chips:
+        chips += f" of {view.chips} (TPU_VISIBLE_DEVICES)"
+    line = f"hf-tpu: emulated TPU {view.generation.key} (CPU-backed), {chips}, {format_bytes(capacity)} HBM"
+    if view.usable > 1:
+        line += " each"
+    from . import gaps
+
+    if view.profile == "torch_tpu":
+        return line + f", profile torch_tpu (TPU numerics, {len(gaps.reproduced())} known TorchTPU gaps)"
+    return line + ", profile ideal (CPU-exact, no TorchTPU gaps)"
+
+
+def _check_same_settings(generation: str | None, hbm: str | int | None, profile: str | None) -> None:
+    """A second enable() with other settings would silently keep the first ones: say so instead."""
+    assert _host is not None
+    asked = []
+    if generation is not None and get_generation(generation).key != _host.generation.key:
+        asked.append(f"generation={generation!r} (active: {_host.generation.key!r})")
+    if hbm is not None and parse_bytes(hbm) != _capacity:
+        asked.append(f"hbm={hbm!r} (active: {format_bytes(_capacity)})")
+    if profile is not None and profile != _host.profile:
+        asked.append(f"profile={profile!r} (active: {_host.profile!r})")
+    if asked:
+        raise RuntimeError(
+            "hf-tpu: the emulated TPU is already set up in this process, so "
+            + ", ".join(asked)
+            + " cannot take effect. Set HF_TPU_EMULATOR_GENERATION / HF_TPU_EMULATOR_HBM / HF_TPU_EMULATOR_PROFILE "
+            "before `import torch` (HF_TPU_EMULATE=1 sets the device up during the import), or call enable() first."
+        )

@@ -16,7 +16,15 @@ from pathlib import Path
 from types import ModuleType
 
 _CSRC = Path(__file__).with_name("csrc")
-_SOURCES = ("allocator.cpp", "runtime.cpp", "native_ops.cpp", "fallback.cpp", "bindings.cpp")
+_SOURCES = (
+    "allocator.cpp",
+    "runtime.cpp",
+    "gaps.cpp",
+    "native_ops.cpp",
+    "fallback.cpp",
+    "numerics.cpp",
+    "bindings.cpp",
+)
 _module: ModuleType | None = None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _build
+from . import _build, gaps, numerics
 
 ALLOWED_OPTIONS = frozenset(
     {
@@ -131,6 +131,7 @@ class _CompiledGraph:
     def _compile(self, cpu_args: list[Any]) -> Callable[..., Any]:
         start = time.perf_counter()
         cpu_gm = _to_cpu_graph(self.gm)
+        numerics.apply_to_graph(cpu_gm, gaps.reproduced())  # what the chip computes, not the CPU
 
         def build() -> Callable[..., Any]:
             # A fresh thread: none of the caller's AOTAutograd runtime state (TLS dispatch
@@ -152,8 +153,10 @@ class _CompiledGraph:
         core = _build.load()
         device_by_ptr: dict[int, torch.Tensor] = {}
         cpu_args = []
+        device = -1
         for a in args:
             if _is_tpu(a):
+                device = a.device.index if device < 0 else device
                 ptr = a.untyped_storage().data_ptr()
                 if ptr:
                     device_by_ptr.setdefault(ptr, a)
@@ -172,13 +175,15 @@ class _CompiledGraph:
         result = []
         for out, on_device in zip(outs, self.on_device, strict=False):
             result.append(
-                _to_device(out, device_by_ptr, fresh, core) if on_device and isinstance(out, torch.Tensor) else out
+                _to_device(out, device_by_ptr, fresh, core, device)
+                if on_device and isinstance(out, torch.Tensor)
+                else out
             )
         return result
 
 
 def _to_device(
-    out: torch.Tensor, inputs: dict[int, torch.Tensor], fresh: dict[int, torch.Tensor], core: Any
+    out: torch.Tensor, inputs: dict[int, torch.Tensor], fresh: dict[int, torch.Tensor], core: Any, device: int
 ) -> torch.Tensor:
     """A device tensor over ``out``'s memory: a view of an input, of another output, or adopted memory."""
     ptr = out.untyped_storage().data_ptr()
@@ -186,11 +191,11 @@ def _to_device(
     if base is None and ptr:
         base = fresh.get(ptr)
     if base is None:
-        wrapped = core.wrap_cpu(out)
+        wrapped = core.wrap_cpu(out, device)
         if ptr:
             fresh[ptr] = wrapped
         return wrapped
-    view = torch.empty(0, dtype=out.dtype, device="tpu")
+    view = torch.empty(0, dtype=out.dtype, device=base.device)
     return view.set_(base.untyped_storage(), out.storage_offset(), out.size(), out.stride())
 
 
@@ -256,7 +261,7 @@ def _guard_input_storage_offsets(gm: torch.fx.GraphModule) -> None:
 
 
 def _graph_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, use_inductor: bool) -> _CompiledGraph:
-    key = (gm.code, tuple(_meta(x) for x in example_inputs), use_inductor)
+    key = (gm.code, tuple(_meta(x) for x in example_inputs), use_inductor, numerics.graph_key(gaps.reproduced()))
     with _lock:
         _stats.num_cache_reqs += 1
         hit = _cache.get(key)

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
-from . import _build, compile
+from . import _build, compile, numerics
 from .api_stage import check_internal, experimental, internal
 from .generations import Generation, format_bytes
+from .host_model import Host
 
 PUBLIC_NAMES = (
     "is_available",
@@ -91,7 +92,7 @@ class EagerMode(enum.Enum):
 
 
 class Precision(enum.Enum):
-    """StableHLO ``dot_general`` precision (recorded, not emulated: CPU kernels run in full fp32)."""
+    """StableHLO ``dot_general`` precision: DEFAULT (1 bf16 pass), HIGH (3 passes), HIGHEST (float32)."""
 
     DEFAULT = 0
     HIGH = 1
@@ -202,16 +203,16 @@ class device:  # noqa: N801  (TorchTPU's name)
 class TpuModule(types.ModuleType):
     """The ``torch.tpu`` module object; a module subclass so that a few names can be properties."""
 
-    def __init__(self, generation: Generation, capacity: int) -> None:
+    def __init__(self, generation: Generation, capacity: int, host: Host) -> None:
         super().__init__("torch.tpu", __doc__)
         self._generation = generation
         self._capacity = capacity
+        self._host = host
         self._eager_mode = EagerMode.DEFER_NEVER
         if os.environ.get("TORCH_TPU_DEFER_AND_FUSE") == "1":
             self._eager_mode = EagerMode.DEFER_AND_FUSE
         if os.environ.get("TORCH_TPU_LAUNCH_BLOCKING") == "1":
             self._eager_mode = EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
-        self._precision = Precision.DEFAULT
         self._allow_excess_precision = False
         self._autocast_enabled = False
         self._autocast_dtype = torch.bfloat16
@@ -249,7 +250,8 @@ class TpuModule(types.ModuleType):
     @property
     def default_generators(self) -> tuple[torch.Generator, ...]:
         if self._default_generators is None:
-            self._default_generators = (_build.load().default_generator(),)
+            core = _build.load()
+            self._default_generators = tuple(core.default_generator(i) for i in range(self._host.usable))
         return self._default_generators
 
     # ---- internal on TorchTPU: only torch / torch_tpu may call these ----
@@ -259,7 +261,7 @@ class TpuModule(types.ModuleType):
 
     @internal("device_count")
     def device_count(self) -> int:
-        return 1
+        return self._host.reported
 
     @internal("current_device_index")
     def current_device(self) -> int:
@@ -311,11 +313,12 @@ class TpuModule(types.ModuleType):
 
     @experimental
     def manual_seed(self, seed: int) -> None:
-        self.default_generators[0].manual_seed(int(seed))
+        self.default_generators[torch.accelerator.current_device_index()].manual_seed(int(seed))
 
     @experimental
     def manual_seed_all(self, seed: int) -> None:
-        self.default_generators[0].manual_seed(int(seed))
+        for generator in self.default_generators:
+            generator.manual_seed(int(seed))
 
     @experimental
     def is_initialized(self) -> bool:
@@ -383,12 +386,16 @@ class TpuModule(types.ModuleType):
     @experimental
     @contextlib.contextmanager
     def precision(self, mode: Precision) -> Iterator[None]:
-        previous = self._precision
-        self._precision = mode
-        try:
+        """Matmul/convolution precision for the ops inside (overrides torch.set_float32_matmul_precision)."""
+        if torch.compiler.is_compiling():
+            torch._dynamo.graph_break()  # as TorchTPU: precision is not traceable
+        if not isinstance(mode, Precision):
+            raise ValueError(
+                "expected to be one of 'PrecisionConfig.DEFAULT', 'PrecisionConfig.HIGH', or "
+                f"'PrecisionConfig.HIGHEST', got '{mode}'"
+            )
+        with numerics.scoped(mode.value):
             yield
-        finally:
-            self._precision = previous
 
     def topology_aware_mesh(self, mesh_shape: Any, **kwargs: Any) -> torch.Tensor:
         import warnings
@@ -409,7 +416,8 @@ class TpuModule(types.ModuleType):
         return False
 
     def _get_generator(self, device: torch.device) -> torch.Generator:
-        return self.default_generators[0]
+        index = device.index if device.index is not None else torch.accelerator.current_device_index()
+        return self.default_generators[index]
 
     def _is_autocast_enabled(self) -> bool:
         return self._autocast_enabled
@@ -469,7 +477,7 @@ class TpuModule(types.ModuleType):
         )
 
 
-def build_module(generation: Generation, capacity: int) -> TpuModule:
+def build_module(generation: Generation, capacity: int, host: Host) -> TpuModule:
     """Create ``torch.tpu`` and its submodules."""
     from . import pallas, submodules
 
@@ -479,7 +487,7 @@ def build_module(generation: Generation, capacity: int) -> TpuModule:
         "pallas": pallas.build_module,
         "profiler": submodules.build_profiler,
     }
-    module = TpuModule(generation, capacity)
+    module = TpuModule(generation, capacity, host)
     for name in SUBMODULES:
         sub = builders[name]()
         setattr(module, name, sub)

@@ -83,7 +83,9 @@ def _to_jax(t: torch.Tensor | None, jax: Any) -> Any:
 
 def _to_torch(a: Any, device: torch.device) -> torch.Tensor:
     cpu = torch.from_dlpack(a)
-    return _build.load().wrap_cpu(cpu) if device.type == "tpu" else cpu
+    return (
+        _build.load().wrap_cpu(cpu, device.index if device.index is not None else -1) if device.type == "tpu" else cpu
+    )
 
 
 class JaxOp:

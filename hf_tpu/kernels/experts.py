@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .._backend import on_tpu
-from .._import_hooks import install_patches
+from ..fixes import Fix, install_patches
 
 if TYPE_CHECKING:
     import torch
@@ -76,7 +76,7 @@ def tokamax_ragged_dot_experts_forward(
 
 
 # ---- G9: "tokamax_ragged_dot" is a valid experts_implementation before any from_pretrained ----------------
-def G9_register_experts_implementation(module: ModuleType) -> None:  # noqa: N802
+def register_experts_implementation(module: ModuleType) -> None:
     """transformers.integrations.moe: register the name class-wide (as the blog's snippet does), unless the user
     already registered one; a later explicit ``register`` replaces ours (idempotent either way)."""
     interface = module.ExpertsInterface
@@ -85,7 +85,7 @@ def G9_register_experts_implementation(module: ModuleType) -> None:  # noqa: N80
 
 
 # ---- G14: kernels selects TPU builds on a tpu device -------------------------------------------------
-def G14_kernels_tpu_backend(module: ModuleType) -> None:  # noqa: N802
+def kernels_tpu_backend(module: ModuleType) -> None:
     """kernels.backends: expose ``torch.backends.tpu`` on a (real or emulated) TPU before kernels looks."""
     _set_kernels_backend()
 
@@ -99,7 +99,7 @@ def _tokamax_too_old() -> bool:
     return Version(importlib.metadata.version("tokamax")).release < _V2_MIN
 
 
-def G16_hub_kernel_fallback(module: ModuleType) -> None:  # noqa: N802
+def hub_kernel_fallback(module: ModuleType) -> None:
     """kernels.load (and the ``kernels`` package's binding of it, if already made): on a TPU, ``get_kernel`` of
     a known ragged-dot repo loads the shipped copy when the Hub cannot serve it (offline, no cache) or when
     tokamax < 0.0.13 (Python 3.11) cannot run the Hub build's ``mosaic_tpu_v2``. Other repos and non-TPU processes are untouched."""
@@ -136,10 +136,10 @@ def G16_hub_kernel_fallback(module: ModuleType) -> None:  # noqa: N802
         package.get_kernel = get_kernel
 
 
-PATCHES: tuple[tuple[str, str, Any], ...] = (
-    ("G9", "transformers.integrations.moe", G9_register_experts_implementation),
-    ("G14", "kernels.backends", G14_kernels_tpu_backend),
-    ("G16", "kernels.load", G16_hub_kernel_fallback),
+PATCHES: tuple[Fix, ...] = (
+    Fix.patch("G9", "transformers.integrations.moe", register_experts_implementation),
+    Fix.patch("G14", "kernels.backends", kernels_tpu_backend),
+    Fix.patch("G16", "kernels.load", hub_kernel_fallback),
 )
 
 

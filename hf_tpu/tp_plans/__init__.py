@@ -71,7 +71,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    from .._import_hooks import install_patches
+    from ..fixes import install_patches
     from . import diffusers as _diffusers
     from . import transformers as _transformers
     from ._builtin import register_builtin

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .._backend import on_tpu
+from ..fixes import Fix
 from ._core import IfPresent, divide_heads, get
 
 
@@ -22,7 +23,7 @@ class RegistryPlan(dict):
 
 
 # ---- G8: SD3 ships no _tp_plan -----------------------------------------------------------------------
-def G8_sd3_plan(module: ModuleType) -> None:  # noqa: N802
+def sd3_tp_plan(module: ModuleType) -> None:
     """diffusers.models.transformers.transformer_sd3: give ``SD3Transformer2DModel`` hf_tpu's plan when it has
     none, so ``parallel_config=TensorParallelConfig(tp_degree=N)`` and ``enable_parallelism`` work."""
     cls = module.SD3Transformer2DModel
@@ -40,7 +41,7 @@ def _present(block: torch.nn.Module, path: str) -> bool:
     return True
 
 
-def G8_optional_rules(module: ModuleType) -> None:  # noqa: N802
+def tp_plan_if_present_rules(module: ModuleType) -> None:
     """diffusers.hooks.tensor_parallel: a registry rule marked :class:`IfPresent` applies to the blocks that
     have the module (SD3's last block has no ``to_add_out``/``ff_context``); upstream would fail on them."""
     original = module._resolve_tp_plan
@@ -72,7 +73,7 @@ def G8_optional_rules(module: ModuleType) -> None:  # noqa: N802
     module._resolve_tp_plan = _resolve_tp_plan
 
 
-def G8_per_rank_heads(module: ModuleType) -> None:  # noqa: N802
+def tp_heads_per_rank(module: ModuleType) -> None:
     """diffusers.hooks.tensor_parallel: after sharding a registry-planned model, its attention modules count
     the heads this rank holds (SD3's processor derives head_dim from ``attn.heads``)."""
     original = module.apply_tensor_parallel
@@ -88,7 +89,7 @@ def G8_per_rank_heads(module: ModuleType) -> None:  # noqa: N802
 
 
 # ---- G20 + G7: one chip per process, topology-aware mesh ---------------------------------------------------
-def G20_device_index(module: ModuleType) -> None:  # noqa: N802
+def tp_device_is_the_bound_chip(module: ModuleType) -> None:
     """diffusers.models.modeling_utils: the TP device is ``tpu:<current_device_index()>`` as in transformers
     (TorchTPU gives each process one chip), not ``rank % device_count()``; and a TP config without a mesh
     gets ``torch.tpu.distributed.topology_aware_mesh`` (G7) when it spans the world."""
@@ -122,9 +123,9 @@ def G20_device_index(module: ModuleType) -> None:  # noqa: N802
     cls._resolve_parallel_config = _resolve_parallel_config
 
 
-PATCHES: tuple[tuple[str, str, Any], ...] = (
-    ("G8", "diffusers.models.transformers.transformer_sd3", G8_sd3_plan),
-    ("G8", "diffusers.hooks.tensor_parallel", G8_optional_rules),
-    ("G8", "diffusers.hooks.tensor_parallel", G8_per_rank_heads),
-    ("G20", "diffusers.models.modeling_utils", G20_device_index),
+PATCHES: tuple[Fix, ...] = (
+    Fix.patch("G8", "diffusers.models.transformers.transformer_sd3", sd3_tp_plan),
+    Fix.patch("G8", "diffusers.hooks.tensor_parallel", tp_plan_if_present_rules),
+    Fix.patch("G8", "diffusers.hooks.tensor_parallel", tp_heads_per_rank),
+    Fix.patch("G20", "diffusers.models.modeling_utils", tp_device_is_the_bound_chip),
 )

@@ -14,13 +14,14 @@ from typing import Any
 import torch
 
 from .._backend import on_tpu
+from ..fixes import Fix
 from ._core import PlanError, divide_heads, plan_for, validate_plan
 
 LAUNCH_HINT = "hf-tpu launch -n N script.py"
 
 
 # ---- G6: tp_plan="auto" without a launch ------------------------------------------------------------
-def G6_record_derived_tp_size(module: ModuleType) -> None:  # noqa: N802
+def tp_size_from_launch(module: ModuleType) -> None:
     """transformers.distributed.configuration_utils: remember whether ``tp_size`` came from ``WORLD_SIZE``
     (the config resolves it in ``__post_init__``, before anyone can tell a launch from a plain ``python``)."""
     cls = module.DistributedConfig
@@ -68,7 +69,7 @@ def _local_chip_only(device_map: Any) -> bool:
     return True
 
 
-def G6_launch_and_device_map(module: ModuleType) -> None:  # noqa: N802
+def tp_needs_launch_and_device_map(module: ModuleType) -> None:
     """transformers.distributed.mixin: a TP request outside a launch says so (G6); ``device_map="tpu"`` with
     a TP plan works (it names the chip every shard goes to), any other ``device_map`` says what to do; a TP
     plan over one chip (``-n 1``, or ``tp_size=1``) loads onto the chip, not the host."""
@@ -126,7 +127,7 @@ def topology_mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
     return DeviceMesh("tpu", canonical_layout(torch.as_tensor(layout).reshape(shape)), mesh_dim_names=names)
 
 
-def G7_topology_aware_mesh(module: ModuleType) -> None:  # noqa: N802
+def tp_topology_aware_mesh(module: ModuleType) -> None:
     """transformers.distributed.utils: lay the (pp, dp, fsdp, tp) mesh out with
     ``torch.tpu.distributed.topology_aware_mesh`` so the TP axis follows the chips' ICI links, instead of
     ``init_device_mesh``'s rank order."""
@@ -153,7 +154,7 @@ def G7_topology_aware_mesh(module: ModuleType) -> None:  # noqa: N802
     module.initialize_distributed_mesh = initialize_distributed_mesh
 
 
-def G7_rebind_in_mixin(module: ModuleType) -> None:  # noqa: N802
+def tp_mesh_in_mixin(module: ModuleType) -> None:
     """transformers.distributed.mixin imported the function by name: point it at the patched one."""
     from transformers.distributed import utils
 
@@ -166,7 +167,7 @@ def _ships_own_plan(name: str, module: Any) -> bool:
     return bool(getattr(config, "base_model_tp_plan", None)) or bool(type(module).__dict__.get("_tp_plan"))
 
 
-def G8_registry_and_validation(module: ModuleType) -> None:  # noqa: N802
+def tp_plan_registry_and_validation(module: ModuleType) -> None:
     """transformers.distributed.mixin: when a model (or a sub-model) has no TP plan, take hf_tpu's from the
     registry; then validate the resolved plan against the model on meta, so a plan that does not divide fails
     before the checkpoint is opened, naming the module and the number."""
@@ -192,10 +193,10 @@ def G8_registry_and_validation(module: ModuleType) -> None:  # noqa: N802
     cls._resolve_parallel_plans = _resolve_parallel_plans
 
 
-PATCHES: tuple[tuple[str, str, Any], ...] = (
-    ("G6", "transformers.distributed.configuration_utils", G6_record_derived_tp_size),
-    ("G6", "transformers.distributed.mixin", G6_launch_and_device_map),
-    ("G7", "transformers.distributed.utils", G7_topology_aware_mesh),
-    ("G7", "transformers.distributed.mixin", G7_rebind_in_mixin),
-    ("G8", "transformers.distributed.mixin", G8_registry_and_validation),
+PATCHES: tuple[Fix, ...] = (
+    Fix.patch("G6", "transformers.distributed.configuration_utils", tp_size_from_launch),
+    Fix.patch("G6", "transformers.distributed.mixin", tp_needs_launch_and_device_map),
+    Fix.patch("G7", "transformers.distributed.utils", tp_topology_aware_mesh),
+    Fix.patch("G7", "transformers.distributed.mixin", tp_mesh_in_mixin),
+    Fix.patch("G8", "transformers.distributed.mixin", tp_plan_registry_and_validation),
 )

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .._backend import on_tpu
-from .._import_hooks import install_patches
+from ..fixes import Fix, install_patches
 
 
 def _size(n: float) -> str:
@@ -37,7 +37,7 @@ def _normalize_max_memory(max_memory: dict | None) -> dict | None:
     return out
 
 
-def G2_max_memory_tpu_keys(module: ModuleType) -> None:  # noqa: N802
+def max_memory_tpu_keys(module: ModuleType) -> None:
     """transformers.integrations.accelerate: accept ``max_memory={"tpu:0": "8GiB", "cpu": ...}``."""
     original = module.get_max_memory
 
@@ -49,7 +49,7 @@ def G2_max_memory_tpu_keys(module: ModuleType) -> None:  # noqa: N802
 
 
 # ---- G1: device_map="auto" says how much went where ------------------------------------
-def G1_auto_offload_report(module: ModuleType) -> None:  # noqa: N802
+def auto_offload_report(module: ModuleType) -> None:
     """transformers.modeling_utils: one warning with the bytes placed on the chip and offloaded to CPU/disk."""
     original = module._get_device_map
 
@@ -91,7 +91,7 @@ def _report_placement(model: Any, requested: str, device_map: dict, max_memory: 
 
 
 # ---- G3: no whole-model allocator warm-up on TPU ---------------------------------------
-def G3_skip_allocator_warmup(module: ModuleType) -> None:  # noqa: N802
+def skip_allocator_warmup(module: ModuleType) -> None:
     """transformers.modeling_utils: the warm-up allocates the model's whole size at once; skip it for tpu."""
     original = module.caching_allocator_warmup
 
@@ -106,7 +106,7 @@ def G3_skip_allocator_warmup(module: ModuleType) -> None:  # noqa: N802
 
 
 # ---- G11: CompileConfig defaults that suit TPU -----------------------------------------
-def G11_compile_config_for_tpu(module: ModuleType) -> None:  # noqa: N802
+def compile_config_for_tpu(module: ModuleType) -> None:
     """transformers.modeling_utils: an explicit ``CompileConfig()`` keeps inductor/reduce-overhead, which TPU
     refuses; on tpu those class defaults become ``backend="tpu", mode="default", dynamic=False``."""
     cls = module.PreTrainedModel
@@ -142,23 +142,23 @@ def _tpu_memory_breakdown(original: Any) -> Any:
     return get_device_and_memory_breakdown
 
 
-def G18_memory_breakdown_utils(module: ModuleType) -> None:  # noqa: N802
-    """continuous batching sizes its cache from host RAM on TPU; answer with the chip's HBM."""
+def memory_breakdown_utils(module: ModuleType) -> None:
+    """Continuous batching sizes its cache from host RAM on TPU; answer with the chip's HBM."""
     module.get_device_and_memory_breakdown = _tpu_memory_breakdown(module.get_device_and_memory_breakdown)
 
 
-def G18_memory_breakdown_cache(module: ModuleType) -> None:  # noqa: N802
-    """The cache module imported the function by name: patch its binding too."""
+def memory_breakdown_cache(module: ModuleType) -> None:
+    """Continuous batching's cache module imported the memory query by name; answer with the chip's HBM there too."""
     module.get_device_and_memory_breakdown = _tpu_memory_breakdown(module.get_device_and_memory_breakdown)
 
 
-PATCHES: tuple[tuple[str, str, Any], ...] = (
-    ("G2", "transformers.integrations.accelerate", G2_max_memory_tpu_keys),
-    ("G1", "transformers.modeling_utils", G1_auto_offload_report),
-    ("G3", "transformers.modeling_utils", G3_skip_allocator_warmup),
-    ("G11", "transformers.modeling_utils", G11_compile_config_for_tpu),
-    ("G18", "transformers.generation.continuous_batching.utils", G18_memory_breakdown_utils),
-    ("G18", "transformers.generation.continuous_batching.cache", G18_memory_breakdown_cache),
+PATCHES: tuple[Fix, ...] = (
+    Fix.patch("G2", "transformers.integrations.accelerate", max_memory_tpu_keys),
+    Fix.patch("G1", "transformers.modeling_utils", auto_offload_report),
+    Fix.patch("G3", "transformers.modeling_utils", skip_allocator_warmup),
+    Fix.patch("G11", "transformers.modeling_utils", compile_config_for_tpu),
+    Fix.patch("G18", "transformers.generation.continuous_batching.utils", memory_breakdown_utils),
+    Fix.patch("G18", "transformers.generation.continuous_batching.cache", memory_breakdown_cache),
 )
 
 

@@ -15,6 +15,10 @@ import torch
 from tests.conftest import run_python, torch_memory_allocated
 from tests.diffusers.pipelines import BUILDERS, call_kwargs, load
 
+pytestmark = pytest.mark.usefixtures(
+    "float32_matmuls"
+)  # placement and offloading must not change a pixel beyond float32 rounding
+
 ATOL = 1e-5
 
 

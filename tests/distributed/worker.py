@@ -151,6 +151,9 @@ def check_identity(rank: int, n: int) -> None:
 
 
 def main() -> None:
+    # References are CPU runs in float32: compare at TorchTPU's precision "highest" (the default rounds
+    # matmul operands to bfloat16, as a chip does).
+    torch.set_float32_matmul_precision("highest")
     init = init_device_mesh("tpu", (int(__import__("os").environ["WORLD_SIZE"]),))
     del init
     rank, n = dist.get_rank(), dist.get_world_size()

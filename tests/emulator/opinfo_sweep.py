@@ -5,6 +5,11 @@ runs forward on ``"tpu"`` and on CPU from the same seed (the emulated device's g
 draws from the same engine as the CPU's, so random ops must agree too); where the op
 supports autograd, gradients for one fixed cotangent are compared as well.
 
+The sweep checks that every op reaches its CPU kernel with its arguments intact, so it runs at float32
+matmul precision ("highest"): at TorchTPU's default, matmul-class ops round their operands to bfloat16
+by design (tests/emulator/test_numerics.py checks that). Ops that hf-tpu works around on TPU (cholesky,
+ctc_loss, multinomial...) run through their workarounds, as users get them.
+
 Results are keyed ``"<op name>[.<variant>]|<dtype>"``. ``python tests/emulator/opinfo_sweep.py``
 prints the summary and the failing keys with their first error (to update the expected
 failures file by hand, each with a reason).
@@ -131,6 +136,15 @@ def run_sample(op, sample, dtype: torch.dtype, seed: int) -> str | None:
 
 
 def sweep(ops: Iterable | None = None, progress: bool = False) -> list[OpResult]:
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        return _sweep(ops, progress)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def _sweep(ops: Iterable | None, progress: bool) -> list[OpResult]:
     from torch.testing._internal.common_methods_invocations import op_db
 
     results = []

@@ -24,7 +24,10 @@ def test_env_var_turns_it_on_with_one_line():
     assert proc.returncode == 0, proc.stderr
     assert "TPU True tpu" in proc.stdout and "tpu:0" in proc.stdout
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hf-tpu:")]
-    assert lines == ["hf-tpu: emulated TPU v6e (CPU-backed), 1 chip, 32 GiB HBM"]
+    assert lines == [
+        "hf-tpu: emulated TPU v6e (CPU-backed), 1 chip, 32 GiB HBM, profile torch_tpu (TPU numerics, 14 known "
+        "TorchTPU gaps)"
+    ]
 
 
 def test_generation_choice():

@@ -8,6 +8,8 @@ import torch
 import hf_tpu
 from tests.conftest import run_python
 
+pytestmark = pytest.mark.usefixtures("float32_matmuls")  # the backend contract is checked against CPU in float32
+
 
 def _f(x, w):
     return torch.nn.functional.gelu(x @ w).sum(-1) + torch.arange(x.shape[0], device=x.device)
@@ -169,6 +171,7 @@ def test_strict_mode_from_environment():
 def test_aot_eager_fallback_without_a_cxx_compiler():
     code = """
         import torch
+        torch.set_float32_matmul_precision("highest")
         f = torch.compile(lambda x, w: torch.relu(x @ w).sum(), backend="tpu")
         x, w = torch.randn(4, 8), torch.randn(8, 3)
         out = f(x.to("tpu"), w.to("tpu"))

@@ -22,7 +22,7 @@ def test_accelerator_answers_like_torchtpu():
 
 
 def test_one_chip_per_process():
-    with pytest.raises(RuntimeError, match="bound to device index 0"):
+    with pytest.raises(ValueError, match="bound to device index 0"):  # TorchTPU's set_device: ValueError
         torch.accelerator.set_device_index(1)
     with pytest.raises(RuntimeError, match="one TPU chip"):
         torch.empty(2, device="tpu:1")

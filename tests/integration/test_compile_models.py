@@ -7,8 +7,12 @@ import torch
 
 import hf_tpu
 
-transformers = pytest.importorskip("transformers")
-diffusers = pytest.importorskip("diffusers")
+pytestmark = pytest.mark.usefixtures(
+    "float32_matmuls"
+)  # compiled equals eager to float32 rounding; TPU numerics: test_numerics.py
+
+import diffusers  # noqa: E402  (hard dependencies: imported, never skipped)
+import transformers  # noqa: E402
 
 
 def test_qwen3_forward_compiled_matches_eager_with_no_recompiles():
@@ -62,5 +66,53 @@ def test_sd3_transformer_compiled_matches_eager():
         eager = model(**tpu_inputs).sample
         model.compile(backend="tpu", fullgraph=True, dynamic=False)
         compiled = model(**tpu_inputs).sample
-    torch.testing.assert_close(eager.cpu(), cpu, rtol=0, atol=0)
+    torch.testing.assert_close(eager.cpu(), cpu, rtol=1.3e-6, atol=1e-5)  # float32 (attention: the math path)
     torch.testing.assert_close(compiled.cpu(), eager.cpu(), rtol=1e-4, atol=1e-4)
+
+
+# precision -> (attention implementation -> bounds on ||tpu - cpu|| / ||cpu|| of float32 logits)
+QWEN3_ERROR = {
+    "medium": {"sdpa": (1e-4, 3e-2), "eager": (1e-4, 3e-2)},  # bf16 operands everywhere
+    "high": {"sdpa": (1e-4, 3e-2), "eager": (0.0, 1e-4)},  # 3 bf16 passes; SDPA stays bf16 (attention_precision)
+    "highest": {"sdpa": (0.0, 1e-5), "eager": (0.0, 1e-5)},  # float32 (SDPA through hf-tpu's math path)
+}
+
+
+@pytest.mark.parametrize("precision", sorted(QWEN3_ERROR))
+def test_qwen3_forward_error_is_what_tpu_precision_predicts(precision):
+    """Float32 Qwen3 logits on the emulated TPU vs CPU, eager and compiled, at each matmul precision."""
+    config = transformers.Qwen3Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
+    torch.manual_seed(0)
+    cpu = transformers.Qwen3ForCausalLM(config).eval()
+    ids = torch.randint(0, 256, (2, 24))
+    errors = {}
+    torch.set_float32_matmul_precision(precision)
+    torch._dynamo.reset()  # a graph keeps the precision it was compiled at
+    for attention in ("sdpa", "eager"):
+        cpu.config._attn_implementation = attention
+        tpu = transformers.Qwen3ForCausalLM(config).eval()
+        tpu.load_state_dict(cpu.state_dict())
+        tpu.config._attn_implementation = attention
+        tpu.to("tpu")
+        with torch.no_grad():
+            expected = cpu(ids).logits.double()
+            runs = {"eager": tpu(ids.to("tpu")).logits}
+            if attention == "sdpa":
+                runs["compiled"] = torch.compile(tpu, backend="tpu", fullgraph=True)(ids.to("tpu")).logits
+        for mode, logits in runs.items():
+            errors[attention, mode] = ((logits.cpu().double() - expected).norm() / expected.norm()).item()
+    print(
+        f"\nQwen3 float32 logits vs CPU at {precision!r}: "
+        + ", ".join(f"{k[0]}/{k[1]} {v:.1e}" for k, v in errors.items())
+    )
+    for (attention, _), error in errors.items():
+        low, high = QWEN3_ERROR[precision][attention]
+        assert low <= error <= high, (precision, attention, error)

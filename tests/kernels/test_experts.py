@@ -19,6 +19,10 @@ from transformers.integrations.moe import grouped_mm_experts_forward, use_expert
 import hf_tpu.kernels
 from tests.conftest import run_python
 
+pytestmark = pytest.mark.usefixtures(
+    "float32_matmuls"
+)  # the kernel against eager experts in float32 (jax_op bodies keep JAX CPU numerics)
+
 IMPL = "tokamax_ragged_dot"
 
 
@@ -189,6 +193,7 @@ def test_emulator_without_jax_uses_the_torch_path(qwen3_moe_dir):
         import torch, transformers
         import hf_tpu.emulator
         hf_tpu.emulator.enable(quiet=True)
+        torch.set_float32_matmul_precision("highest")  # compared with CPU in float32
         path = {str(qwen3_moe_dir)!r}
         cpu = transformers.AutoModelForCausalLM.from_pretrained(path, experts_implementation="eager")
         tpu = transformers.AutoModelForCausalLM.from_pretrained(

@@ -1,4 +1,8 @@
-"""generate() on the emulated TPU: CPU's tokens, compiled decoding without recompiles (G11), bucketing."""
+"""generate() on the emulated TPU: CPU's tokens, compiled decoding without recompiles (G11), bucketing.
+
+Token-for-token equality with CPU needs float32 matmuls (precision "highest"): at TorchTPU's default a
+tiny random model's near-tied logits flip under bfloat16 rounding, on a chip as here.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import transformers
 
 import hf_tpu
 from hf_tpu.transformers import pad_to_bucket
+
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
 
 @pytest.fixture(scope="module")
@@ -21,17 +27,20 @@ def prompt(length: int, batch: int = 2) -> torch.Tensor:
     return torch.randint(1, 128, (batch, length), generator=torch.Generator().manual_seed(length))
 
 
-def test_greedy_and_seeded_sampling_match_cpu(models):
+def test_greedy_matches_cpu_and_seeded_sampling_is_reproducible(models):
     cpu, tpu = models
     ids = prompt(7)
     greedy = dict(max_new_tokens=10, do_sample=False)
     assert tpu.generate(ids.to("tpu"), **greedy).cpu().tolist() == cpu.generate(ids, **greedy).tolist()
+    # Sampling draws through the device's seeded generator (hf-tpu's seeded_multinomial on TorchTPU, whose
+    # own multinomial ignores the seed), so it is reproducible, though not CPU's random stream.
     sampling = dict(max_new_tokens=10, do_sample=True, top_k=20, temperature=0.9)
-    torch.manual_seed(11)
-    expected = cpu.generate(ids, **sampling)
-    torch.manual_seed(11)  # seeds the device generator too; it draws with CPU's engine
-    actual = tpu.generate(ids.to("tpu"), **sampling)
-    assert actual.cpu().tolist() == expected.tolist()
+    runs = []
+    for seed in (11, 11, 12):
+        torch.manual_seed(seed)
+        runs.append(tpu.generate(ids.to("tpu"), **sampling).cpu().tolist())
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    assert all(0 <= token < 128 for row in runs[0] for token in row)
 
 
 def test_static_cache_compiles_once_across_steps_and_calls(models):

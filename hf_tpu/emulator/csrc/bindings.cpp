@@ -11,6 +11,7 @@
 namespace hf_tpu {
 
 std::vector<std::string> route_composites_to_cpu();
+void register_numerics_kernels();
 
 namespace {
 
@@ -54,11 +55,27 @@ void record_event(Event e, int64_t nbytes, const char* what) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace hf_tpu;
   m.doc() = "Core of the hf-tpu emulated TPU (CPU-backed PrivateUse1 device).";
-  m.def("route_composites_to_cpu", &route_composites_to_cpu,
-        "Register the fallback for composite ops that must run their CPU kernel; returns their names.");
-  m.def("default_generator", [] {
-    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator()));
-  }, "The device's default torch.Generator (one object per process).");
+  m.def("register_kernels", [] {
+    register_numerics_kernels();
+    return route_composites_to_cpu();
+  }, "Register the numerics kernels, then the fallback for composite ops that must run their CPU kernel; "
+     "returns the names of the latter.");
+  m.def("default_generator", [](int64_t index) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));
+  }, "Device `index`'s default torch.Generator (one object per device and process).", py::arg("index") = 0);
+  m.def("set_device_counts", &set_device_counts, py::arg("usable"), py::arg("reported"),
+        "Chips this process can use (tpu:0..usable-1) and what device_count() reports.");
+  m.def("set_device_locks", &set_device_locks, py::arg("paths"), py::arg("labels"),
+        "One lock file per local device, taken when the chip is first used (empty: none).");
+  m.def("set_gaps", &set_gaps, py::arg("names"), "TorchTPU gaps the core reproduces (by name).");
+  m.def("gap_names", &gap_names, "Names of the gaps the core can reproduce.");
+  m.def("set_abort_on_gap", &set_abort_on_gap, py::arg("abort"));
+  m.def("set_matmul_precision", &set_matmul_precision, py::arg("precision"));
+  m.def("matmul_precision", &matmul_precision);
+  m.def("set_tpu_numerics", &set_tpu_numerics, py::arg("enabled"));
+  m.def("tpu_numerics", &tpu_numerics);
+  m.def("round_to_bf16", &round_to_bf16, py::arg("x"), "float32 CPU tensor rounded to bfloat16, kept in float32.");
   m.def("set_capacity", &set_capacity, py::arg("nbytes"));
   m.def("capacity", &capacity);
   m.def("take_largest_allocation", &take_largest_allocation,
@@ -88,8 +105,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     TORCH_CHECK(t.device().type() == kTpu, "cpu_alias expects a tpu tensor, got ", t.device());
     return cpu_alias(t);
   }, "A CPU tensor over the same memory as a tpu tensor (no copy).");
-  m.def("wrap_cpu", [](const at::Tensor& t) {
+  m.def("wrap_cpu", [](const at::Tensor& t, int64_t device) {
     TORCH_CHECK(t.is_cpu(), "wrap_cpu expects a cpu tensor, got ", t.device());
-    return wrap_cpu_tensor(t);
-  }, "A tpu tensor over the memory of a CPU tensor (no copy; counted as device memory).");
+    return wrap_cpu_tensor(t, checked_device_index(static_cast<c10::DeviceIndex>(device)));
+  }, "A tpu tensor over the memory of a CPU tensor (no copy; counted as memory of tpu:`device`, -1: current).",
+     py::arg("t"), py::arg("device") = -1);
 }

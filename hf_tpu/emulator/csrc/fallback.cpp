@@ -16,6 +16,8 @@ namespace {
 // Per-call bookkeeping: which CPU alias stands for which device tensor/storage.
 class AliasMap {
  public:
+  explicit AliasMap(c10::DeviceIndex device) : device_(device) {}
+
   at::Tensor to_cpu(const at::Tensor& t) {
     c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
     at::Tensor alias;
@@ -53,7 +55,7 @@ class AliasMap {
         return device_view(f.entry, out);  // several outputs over one new buffer
       }
     }
-    at::Tensor wrapped = wrap_cpu_tensor(out);
+    at::Tensor wrapped = wrap_cpu_tensor(out, device_);
     fresh_.push_back({storage, {nullptr, out.storage(), wrapped.storage(), wrapped.key_set()}});
     return wrapped;
   }
@@ -66,7 +68,7 @@ class AliasMap {
       const at::Tensor& alias = t.alias;
       if (alias.storage().data_ptr().get() != t.device.storage().data_ptr().get()) {
         c10::StorageImpl* dst = t.device.storage().unsafeGetStorageImpl();
-        dst->set_data_ptr_noswap(adopt_cpu_storage(alias.storage()));
+        dst->set_data_ptr_noswap(adopt_cpu_storage(alias.storage(), t.device.device().index()));
         dst->set_nbytes(alias.storage().nbytes());
       }
       if (alias.sizes() != t.device.sizes() || alias.strides() != t.device.strides() ||
@@ -97,6 +99,7 @@ class AliasMap {
     return tensor_over(s.device_storage, out, s.key_set, /*view=*/true);
   }
 
+  c10::DeviceIndex device_;
   std::vector<StorageEntry> storages_;
   std::vector<TensorEntry> tensors_;
   std::vector<FreshEntry> fresh_;
@@ -110,19 +113,49 @@ bool is_optional_generator(const c10::Argument& arg) {
   return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
 }
 
-[[noreturn]] void mixed_device_error(const c10::OperatorHandle& op, const std::string& arg_name) {
-  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu! "
-                     "(when checking argument for argument ", arg_name, " in method ", op.schema().name(),
-              "). Move the tensor with .to(\"tpu\") first.");
+[[noreturn]] void mixed_device_error(const c10::OperatorHandle& op, const std::string& arg_name,
+                                     c10::DeviceIndex device, const std::string& other) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+              static_cast<int>(device), " and ", other, "! (when checking argument for argument ", arg_name,
+              " in method ", op.schema().name(), "). Move the tensor with .to(\"tpu:", static_cast<int>(device),
+              "\") first.");
 }
 
-void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// The device an op runs on: that of its first tpu tensor (or tpu Device argument).
+c10::DeviceIndex op_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
+  const size_t n = schema.arguments().size();
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& iv = stack[begin + i];
+    if (iv.isTensor()) {
+      const at::Tensor& t = iv.toTensor();
+      if (t.defined() && t.device().type() == kTpu) {
+        return t.device().index();
+      }
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorList()) {
+        if (t.defined() && t.device().type() == kTpu) {
+          return t.device().index();
+        }
+      }
+    } else if (iv.isDevice() && iv.toDevice().type() == kTpu) {
+      return checked_device_index(iv.toDevice().index());
+    }
+  }
+  return current_device();
+}
+
+}  // namespace
+
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const OpRule* rule) {
   const auto& schema = op.schema();
   const auto& arguments = schema.arguments();
   const size_t num_args = arguments.size();
   const size_t begin = stack->size() - num_args;
+  const c10::DeviceIndex device = op_device(schema, *stack, begin);
+  // copy_ is the one op that moves data between chips.
+  const bool cross_device_ok = op.operator_name().name == "aten::copy_";
 
-  AliasMap aliases;
+  AliasMap aliases(device);
   bool saw_tpu = false;
   bool saw_tpu_device_arg = false;
   bool saw_tpu_generator = false;
@@ -134,6 +167,9 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     if (t.device().type() == kTpu) {
       saw_tpu = true;
+      if (t.device().index() != device && !cross_device_ok) {
+        mixed_device_error(op, arg.name(), device, t.device().str());
+      }
       return aliases.to_cpu(t);
     }
     if (!allow_cpu && t.is_cpu() && t.dim() > 0 && cpu_arg == nullptr) {
@@ -177,7 +213,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     } else if (iv.isNone() && is_optional_generator(arg)) {
       // Draw from the device's default generator, not the CPU's.
-      iv = cpu_generator_of(default_generator());
+      iv = cpu_generator_of(default_generator(device));
     }
   }
 
@@ -186,14 +222,21 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                 schema.name(), "): a tpu Generator can only draw into tpu tensors.");
   }
   if (saw_tpu && cpu_arg != nullptr) {
-    mixed_device_error(op, *cpu_arg);
+    mixed_device_error(op, *cpu_arg, device, "cpu");
   }
 
+  check_gaps_before(op, stack, begin);
+  if (rule != nullptr && rule->before != nullptr) {
+    rule->before(op, stack, begin);
+  }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
   aliases.write_back_resized();
   const size_t num_returns = schema.returns().size();
   const size_t rbegin = stack->size() - num_returns;
+  if (rule != nullptr && rule->after != nullptr) {
+    rule->after(op, stack, rbegin);
+  }
   for (size_t i = 0; i < num_returns; ++i) {
     c10::IValue& iv = (*stack)[rbegin + i];
     if (iv.isTensor()) {
@@ -210,6 +253,12 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+namespace {
+
+void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_on_cpu(op, stack, nullptr);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -220,16 +269,17 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
 
-// Composite kernels beat a backend fallback. Route to the CPU kernels (1) the ops whose
-// composite would call a *_overrideable backend hook, and (2) the ops that have both a
-// CPU kernel and a CompositeExplicitAutograd one, so results are bit-identical to CPU.
+// Composite kernels beat a backend fallback. Route to the CPU kernels the ops that have both
+// a CPU kernel and a CompositeExplicitAutograd one, so results are bit-identical to CPU.
+// (convolution, whose composite would call a *_overrideable hook, has a kernel in numerics.cpp.)
 std::vector<std::string> route_composites_to_cpu() {
   static std::once_flag once;
   static std::vector<std::string> routed;
   std::call_once(once, [] {
-    static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    // Leaked on purpose: a Library destroyed at exit would deregister kernels torch may still call.
+    auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     auto& dispatcher = c10::Dispatcher::singleton();
-    std::vector<std::string> names = {"convolution", "convolution_backward"};
+    std::vector<std::string> names;
     for (const auto& name : dispatcher.getAllOpNames()) {
       if (name.name.rfind("aten::", 0) != 0) {
         continue;
@@ -242,7 +292,7 @@ std::vector<std::string> route_composites_to_cpu() {
       }
     }
     for (const auto& name : names) {
-      lib.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+      lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
       routed.push_back(name);
     }
   });

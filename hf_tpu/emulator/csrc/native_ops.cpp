@@ -5,6 +5,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -13,6 +14,7 @@
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/GradMode.h>
 #include <torch/library.h>
 
 namespace hf_tpu {
@@ -38,11 +40,9 @@ bool has_real_storage(const at::Tensor& t) {
 
 namespace {
 
-void check_device_index(std::optional<c10::Device> device) {
-  if (device.has_value() && device->has_index()) {
-    TORCH_CHECK(device->index() == 0, "Invalid device ", device->str(),
-                ": this process has one TPU chip, tpu:0 (TorchTPU gives each process a single chip).");
-  }
+// The chip a factory allocates on: its device argument's index, else the current device.
+c10::DeviceIndex factory_device(std::optional<c10::Device> device) {
+  return checked_device_index(device.has_value() && device->has_index() ? device->index() : -1);
 }
 
 }  // namespace
@@ -71,9 +71,9 @@ at::Tensor cpu_standin(const at::Tensor& t) {
   return out;
 }
 
-at::Tensor wrap_cpu_tensor(const at::Tensor& cpu) {
+at::Tensor wrap_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex device) {
   c10::Storage device_storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), cpu.storage().nbytes(), adopt_cpu_storage(cpu.storage()),
+      c10::StorageImpl::use_byte_size_t(), cpu.storage().nbytes(), adopt_cpu_storage(cpu.storage(), device),
       device_allocator(), /*resizable=*/true));
   return tensor_over(std::move(device_storage), cpu, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1));
 }
@@ -86,7 +86,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> /*pin_memory*/,
                                std::optional<c10::MemoryFormat> memory_format) {
-  check_device_index(device);
+  DeviceScope scope(factory_device(device));
   TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "TPU tensors support only the strided layout, got ",
               *layout);
   return at::detail::empty_generic(size, device_allocator(), kTpuKeys, c10::dtype_or_default(dtype), memory_format);
@@ -95,7 +95,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
                          std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                          std::optional<bool> /*pin_memory*/) {
-  check_device_index(device);
+  DeviceScope scope(factory_device(device));
   TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "TPU tensors support only the strided layout, got ",
               *layout);
   return at::detail::empty_strided_generic(size, stride, device_allocator(), kTpuKeys, c10::dtype_or_default(dtype));
@@ -105,7 +105,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
 // known to be zero; build them as CUDA does, with a null device allocation.
 struct ZeroTensorAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t /*nbytes*/) override {
-    return {nullptr, nullptr, [](void*) {}, c10::Device(kTpu, 0)};
+    return {nullptr, nullptr, [](void*) {}, c10::Device(kTpu, current_device())};
   }
   void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const override {}
 };
@@ -113,7 +113,7 @@ struct ZeroTensorAllocator final : public c10::Allocator {
 at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                  std::optional<c10::Layout> /*layout*/, std::optional<c10::Device> device,
                                  std::optional<bool> /*pin_memory*/) {
-  check_device_index(device);
+  DeviceScope scope(factory_device(device));
   static ZeroTensorAllocator allocator;
   const auto keys = kTpuKeys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
   return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
@@ -144,6 +144,7 @@ at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
+  DeviceScope scope(self.device().index());
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
   return at::native::set_storage_cpu_(self, std::move(storage), 0, {0}, {});
 }
@@ -179,10 +180,11 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 // inputs to histc; the CPU kernel does not. Compute in float and cast back.
 at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, const c10::Scalar& max) {
   at::Tensor cpu = cpu_alias(self);
+  const c10::DeviceIndex device = self.device().index();
   if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true)) {
-    return wrap_cpu_tensor(at::histc(cpu.to(at::kFloat), bins, min, max).to(self.scalar_type()));
+    return wrap_cpu_tensor(at::histc(cpu.to(at::kFloat), bins, min, max).to(self.scalar_type()), device);
   }
-  return wrap_cpu_tensor(at::histc(cpu, bins, min, max));
+  return wrap_cpu_tensor(at::histc(cpu, bins, min, max), device);
 }
 
 // SDPA picks its backend through a DispatchStub, not the dispatcher: answer as the CPU
@@ -190,27 +192,41 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, c
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  std::optional<at::Tensor> mask;
-  if (attn_mask.has_value() && attn_mask->defined()) {
-    mask = cpu_standin(*attn_mask);
+  auto choose = [&](bool mask_requires_grad) {
+    std::optional<at::Tensor> mask;
+    if (attn_mask.has_value() && attn_mask->defined()) {
+      mask = cpu_standin(*attn_mask);
+      mask->unsafeGetTensorImpl()->set_requires_grad(mask_requires_grad && attn_mask->requires_grad());
+    }
+    // Straight to the CPU kernel: under FakeTensorMode (Dynamo tracing) the Python modes must
+    // not see these stand-ins.
+    return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_standin(query),
+                                                   cpu_standin(key), cpu_standin(value), mask, dropout_p, is_causal,
+                                                   scale, enable_gqa);
+  };
+  const int64_t choice = choose(true);
+  // Gap differentiable_attention_mask: TorchTPU takes the flash kernel even for a mask that
+  // requires grad (the CPU would take the math path), whose autograd then refuses the mask.
+  if (choice == static_cast<int64_t>(sdp::SDPBackend::math) && gap_enabled(Gap::kDifferentiableAttentionMask) &&
+      attn_mask.has_value() && attn_mask->defined() && attn_mask->requires_grad() && at::GradMode::is_enabled()) {
+    return choose(false);
   }
-  // Straight to the CPU kernel: under FakeTensorMode (Dynamo tracing) the Python modes must
-  // not see these stand-ins.
-  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_standin(query),
-                                                 cpu_standin(key), cpu_standin(value), mask, dropout_p, is_causal,
-                                                 scale, enable_gqa);
+  return choice;
 }
 
 // `param.data = t` and Module.to() swap a tensor's storage in place only for "shallow-copy
 // compatible" pairs; c10 lists CPU/CUDA/XPU... but not PrivateUse1, and asks backends to say
-// so themselves. Dense tpu and CPU tensors share one TensorImpl layout, as CUDA and CPU do:
-// without this, Module.to("tpu") unties tied weights and diffusers' group offloading fails.
+// so themselves. Gap weight_tying: TorchTPU does not declare tpu and CPU tensors compatible,
+// so Module.to("tpu") replaces parameters (untying tied ones) and `param.data = tpu_tensor`
+// raises. The "ideal" profile declares them compatible, as CUDA and CPU are.
 bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
   auto dense = [](const at::Tensor& t) {
     return t.layout() == at::kStrided && (t.is_cpu() || t.device().is_privateuseone());
   };
-  return (dense(self) && dense(from)) ||
-         self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+  if (!gap_enabled(Gap::kWeightTying) && dense(self) && dense(from)) {
+    return true;
+  }
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
 }
 
 }  // namespace

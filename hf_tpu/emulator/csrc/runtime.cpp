@@ -1,5 +1,10 @@
-// Device guard, PrivateUse1 hooks and the generator: what torch.accelerator and
-// autograd ask of a device. One chip per process, index 0, as on TorchTPU.
+// The host model, device guard, PrivateUse1 hooks and generators: what torch.accelerator
+// and autograd ask of a device.
+//
+// A process can use `usable` chips, tpu:0..usable-1 (a plain process on a multi-chip host
+// sees them all; a torchrun rank sees its own chip as tpu:0). It is bound to tpu:0: ops run
+// on whichever chip their tensors are on (the guard switches internally), but
+// torch.accelerator.set_device_index() to another chip raises, as on TorchTPU.
 #include "tpu_core.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -8,23 +13,32 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <array>
 #include <chrono>
+#include <mutex>
+#include <sstream>
 
 namespace hf_tpu {
 namespace {
 
-void check_index(c10::DeviceIndex index) {
-  TORCH_CHECK(
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_usable{1};
+std::atomic<int> g_reported{1};
+thread_local c10::DeviceIndex t_current_device = 0;
+
+void check_bound(c10::DeviceIndex index) {
+  TORCH_CHECK_VALUE(
       index <= 0, "Cannot set TPU device to index ", static_cast<int>(index),
-      ", current process is bound to device index 0 (one chip per process, as on TorchTPU; launch one "
-      "process per chip, e.g. with `hf-tpu launch -n N` or torchrun).");
+      ", current process is bound to device index 0. Changing the active TPU device within a process is not "
+      "supported (as on TorchTPU): put tensors on tpu:", static_cast<int>(index),
+      " explicitly, or launch one process per chip (`hf-tpu launch -n N`).");
 }
 
 // ---- generator -------------------------------------------------------------
 // Wraps a CPU Philox/MT generator so CPU kernels can draw from it (they check the
 // generator's type); the fallback swaps the wrapper for the wrapped generator.
 struct TpuGeneratorImpl final : public c10::GeneratorImpl {
-  explicit TpuGeneratorImpl(c10::DeviceIndex index = 0)
+  explicit TpuGeneratorImpl(c10::DeviceIndex index)
       : c10::GeneratorImpl(c10::Device(kTpu, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
         cpu_(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val)) {}
 
@@ -71,17 +85,23 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override {
     return kTpu;
   }
+  // Device guards (ops on tpu:N, torch.accelerator.device_index) switch the thread's device;
+  // an explicit set_device to another chip is refused, as on TorchTPU.
   c10::Device exchangeDevice(c10::Device d) const override {
-    check_index(d.index());
-    return {kTpu, 0};
+    const c10::DeviceIndex previous = t_current_device;
+    t_current_device = checked_device_index(d.index());
+    return {kTpu, previous};
   }
   c10::Device getDevice() const override {
-    return {kTpu, 0};
+    return {kTpu, t_current_device};
   }
   void setDevice(c10::Device d) const override {
-    check_index(d.index());
+    check_bound(d.index());
+    t_current_device = 0;
   }
-  void uncheckedSetDevice(c10::Device /*d*/) const noexcept override {}
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    t_current_device = d.index() < 0 ? 0 : d.index();
+  }
   c10::Stream getStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(kTpu, d.index() < 0 ? 0 : d.index()), t_current_stream);
   }
@@ -100,7 +120,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return previous;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
-    return 1;
+    return static_cast<c10::DeviceIndex>(g_reported.load());
   }
   void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
               const c10::EventFlag flag) const override {
@@ -148,31 +168,30 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     return true;
   }
   c10::DeviceIndex deviceCount() const override {
-    return 1;
+    return static_cast<c10::DeviceIndex>(g_reported.load());
   }
   void setCurrentDevice(c10::DeviceIndex device) const override {
-    check_index(device);
+    check_bound(device);
   }
   c10::DeviceIndex getCurrentDevice() const override {
-    return 0;
+    return t_current_device;
   }
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
-    check_index(device);
-    return 0;
+    const c10::DeviceIndex previous = t_current_device;
+    t_current_device = checked_device_index(device);
+    return previous;
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
     return exchangeDevice(device);
   }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
-    check_index(device_index);
-    return default_generator();
+    return default_generator(device_index);
   }
   at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
-    check_index(device_index);
-    return at::make_generator<TpuGeneratorImpl>(0);
+    return at::make_generator<TpuGeneratorImpl>(checked_device_index(device_index));
   }
   at::Device getDeviceFromPtr(void* /*data*/) const override {
-    return {kTpu, 0};
+    return {kTpu, t_current_device};
   }
   bool isPinnedPtr(const void* /*data*/) const override {
     return false;
@@ -202,9 +221,65 @@ struct RegisterHooks {
 
 }  // namespace
 
-const at::Generator& default_generator() {
-  static at::Generator generator = at::make_generator<TpuGeneratorImpl>(0);
-  return generator;
+void set_device_counts(int usable, int reported) {
+  TORCH_CHECK(usable >= 1 && usable <= kMaxDevices && reported >= usable && reported <= kMaxDevices,
+              "hf-tpu emulator: invalid device counts (usable ", usable, ", reported ", reported, ")");
+  g_usable = usable;
+  g_reported = reported;
+}
+int usable_device_count() {
+  return g_usable.load();
+}
+int reported_device_count() {
+  return g_reported.load();
+}
+c10::DeviceIndex current_device() {
+  return t_current_device;
+}
+
+c10::DeviceIndex checked_device_index(c10::DeviceIndex index) {
+  if (index < 0) {
+    return t_current_device;
+  }
+  const int usable = g_usable.load();
+  if (index < usable) {
+    return index;
+  }
+  const int reported = g_reported.load();
+  std::ostringstream why;
+  if (index < reported) {
+    why << "tpu:" << static_cast<int>(index) << " is not visible to this process: it can use " << usable
+        << " of the host's " << reported
+        << " chip(s) (TPU_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), but device_count() still reports " << reported
+        << " (TorchTPU gap 'visible_devices'). Use tpu:0..tpu:" << usable - 1 << ".";
+  } else if (usable == 1) {
+    why << "Invalid device tpu:" << static_cast<int>(index)
+        << ": this process has one TPU chip, tpu:0 (a torchrun rank sees only its own chip; launch one process per "
+           "chip with `hf-tpu launch -n N`, or emulate a larger host with HF_TPU_EMULATOR_CHIPS).";
+  } else {
+    why << "Invalid device tpu:" << static_cast<int>(index) << ": this process has " << usable
+        << " TPU chips, tpu:0..tpu:" << usable - 1 << ".";
+  }
+  TORCH_CHECK(false, why.str());
+  return 0;  // unreachable
+}
+
+DeviceScope::DeviceScope(c10::DeviceIndex index) : previous_(t_current_device) {
+  t_current_device = checked_device_index(index);
+}
+DeviceScope::~DeviceScope() {
+  t_current_device = previous_;
+}
+
+const at::Generator& default_generator(c10::DeviceIndex index) {
+  static std::array<at::Generator, kMaxDevices> generators;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int i = 0; i < kMaxDevices; ++i) {
+      generators[i] = at::make_generator<TpuGeneratorImpl>(static_cast<c10::DeviceIndex>(i));
+    }
+  });
+  return generators[static_cast<size_t>(checked_device_index(index))];
 }
 
 bool is_tpu_generator(const at::Generator& generator) {

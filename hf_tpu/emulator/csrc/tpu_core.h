@@ -1,39 +1,94 @@
 // Shared declarations of the emulated TPU core: a CPU-memory-backed PrivateUse1 device.
 //
-// Layering: allocator.cpp (HBM accounting) <- runtime.cpp (guard, hooks, generator)
-//           <- native_ops.cpp (factories, views, copies) <- fallback.cpp (every other op)
-//           <- bindings.cpp (the Python surface of `hf_tpu.emulator._C`).
+// Layering: allocator.cpp (HBM accounting, chips held) <- runtime.cpp (host model, guard, hooks,
+//           generators) <- gaps.cpp (TorchTPU's known gaps, switchable) <- native_ops.cpp
+//           (factories, views, copies) <- fallback.cpp (every other op) <- numerics.cpp (TPU
+//           numerics of matmuls, convolutions and attention) <- bindings.cpp (`hf_tpu.emulator._C`).
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace hf_tpu {
 
 constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
 
 // ---- allocator.cpp -------------------------------------------------------
-// The device allocator: host memory, HBM-style accounting, a capacity per chip.
+// The device allocator: host memory, HBM-style accounting per chip, a capacity per chip.
+// Allocations land on the calling thread's current device (see DeviceScope).
 c10::DeviceAllocator* device_allocator();
 void set_capacity(int64_t bytes);
 int64_t capacity();
 // Largest single allocation (bytes) since the previous call; resets it.
 int64_t take_largest_allocation();
-// Adopt a CPU storage's memory as device memory without copying. The returned
+// Adopt a CPU storage's memory as memory of `device` without copying. The returned
 // DataPtr keeps the CPU storage alive and counts its bytes as allocated; it
 // raises torch.OutOfMemoryError (freeing nothing of the caller's) if the
 // capacity would be exceeded.
-c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage);
+c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage, c10::DeviceIndex device);
+// One lock file per local device: a chip is opened (locked) on its first allocation, as
+// TorchTPU's runtime opens the chips lazily. Empty paths: no locking.
+void set_device_locks(std::vector<std::string> paths, std::vector<std::string> labels);
 
 // ---- runtime.cpp ---------------------------------------------------------
-// The device's default generator and the CPU generator it wraps.
-const at::Generator& default_generator();
+// The host model: `usable` devices tpu:0..usable-1 can hold tensors; device_count()
+// reports `reported` (more than usable when TPU_VISIBLE_DEVICES is ignored, as on TorchTPU).
+void set_device_counts(int usable, int reported);
+int usable_device_count();
+int reported_device_count();
+// The calling thread's current device (the process's own chip unless a guard switched it).
+c10::DeviceIndex current_device();
+// Throws a clear error unless `index` names a usable device (-1 means "current").
+c10::DeviceIndex checked_device_index(c10::DeviceIndex index);
+class DeviceScope {
+ public:
+  explicit DeviceScope(c10::DeviceIndex index);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+// Each device's default generator and the CPU generator a tpu generator wraps.
+const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator cpu_generator_of(const at::Generator& tpu_generator);
 bool is_tpu_generator(const at::Generator& generator);
+
+// ---- gaps.cpp ------------------------------------------------------------
+// TorchTPU's known gaps the core reproduces (the Python table in hf_tpu/gaps.py has the rest).
+enum class Gap : int {
+  kCholesky = 0,
+  kCtcLoss,
+  kWeightTying,
+  kFullyMaskedAttentionRow,
+  kMultinomialSeeding,
+  kDifferentiableAttentionMask,
+  kBooleanMaskIndexing,
+  kInterpolateSameSize,
+  kAttentionPrecision,
+  kDeviceSharing,
+  kRecordStream,
+  kCount
+};
+bool gap_enabled(Gap gap);
+// Names as in hf_tpu/gaps.py; unknown names raise.
+void set_gaps(const std::vector<std::string>& names);
+std::vector<std::string> gap_names();
+// TorchTPU aborts the process at these points: raise a RuntimeError saying so, or really
+// abort when HF_TPU_EMULATOR_GAPS=abort (for harness tests).
+void set_abort_on_gap(bool abort);
+[[noreturn]] void gap_abort(Gap gap, const std::string& what);
+// Checks run by the fallback before an op's CPU kernel (cholesky, ctc_loss, interpolate,
+// boolean-mask indexing, multinomial); may replace arguments on the stack.
+void check_gaps_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin);
 
 // ---- native_ops.cpp / fallback.cpp --------------------------------------
 // A tensor over `storage` with the sizes, strides, offset and conj/neg bits of `like`.
@@ -42,11 +97,30 @@ at::Tensor tensor_over(c10::Storage storage, const at::Tensor& like, c10::Dispat
                        bool view = false);
 // A CPU tensor over the same memory (sizes, strides, offset, conj/neg bits).
 at::Tensor cpu_alias(const at::Tensor& tpu_tensor);
-// A device tensor over a CPU tensor's memory: zero-copy, counted as device memory.
-at::Tensor wrap_cpu_tensor(const at::Tensor& cpu_tensor);
+// A device tensor over a CPU tensor's memory: zero-copy, counted as memory of `device`.
+at::Tensor wrap_cpu_tensor(const at::Tensor& cpu_tensor, c10::DeviceIndex device);
 // Data-less CPU stand-in (shape, strides, dtype only) for code that inspects metadata.
 at::Tensor cpu_standin(const at::Tensor& tpu_tensor);
 bool has_real_storage(const at::Tensor& t);
+
+// An op rule runs around the CPU kernel: `before` may rewrite the CPU arguments on the
+// stack, `after` the CPU results (both see CPU tensors only).
+struct OpRule {
+  void (*before)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
+  void (*after)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
+};
+// Run `op` on CPU aliases of its device tensors (the boxed fallback), with an optional rule.
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const OpRule* rule);
+
+// ---- numerics.cpp --------------------------------------------------------
+// TorchTPU's float32 matmul precision: 0 DEFAULT (1 bf16 pass), 1 HIGH (3 passes), 2 HIGHEST.
+void set_matmul_precision(int precision);
+int matmul_precision();
+// TPU numerics on/off (the "ideal" profile turns them off: CPU-exact results).
+void set_tpu_numerics(bool enabled);
+bool tpu_numerics();
+// float32 -> nearest bfloat16 (ties to even), kept in float32; NaN stays NaN. CPU tensors.
+at::Tensor round_to_bf16(const at::Tensor& x);
 
 // ---- transfer and sync counters (bindings.cpp) --------------------------
 enum class Event : int { kHostToDevice = 0, kDeviceToHost = 1, kSync = 2 };

@@ -1,0 +1,318 @@
+// TPU numerics for the ops that run on the MXU: float32 matmuls and convolutions follow
+// TorchTPU's matmul precision, and scaled-dot-product attention computes in bfloat16.
+//
+// The evidence and the exact rules are in hf_tpu/emulator/numerics.py (its docstring); the
+// compiled path applies the same rules to the graph there. In short:
+//   DEFAULT (torch "medium", TorchTPU's default): operands rounded to bfloat16, products
+//     accumulated in float32 (one MXU pass).
+//   HIGH ("high", bf16_3x): a*b ~ a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, with a_hi = bf16(a),
+//     a_lo = bf16(a - a_hi); computed as one float32 matmul over operands concatenated along
+//     the contracting dimension ([a_hi, a_lo] . [b_hi + b_lo; b_hi]).
+//   HIGHEST ("highest"): float32 (the CPU kernel as is).
+//   Attention (gap attention_precision): q, k, v in bfloat16 whatever the precision.
+// bf16/fp16 operands are left to the CPU kernels, which accumulate in float32 as the MXU does.
+#include "tpu_core.h"
+
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace hf_tpu {
+namespace {
+
+std::atomic<int> g_precision{0};
+std::atomic<bool> g_numerics{true};
+
+// c10::BFloat16's round-to-nearest-even, kept in float32 (so eager equals a compiled
+// float->bfloat16->float cast bit for bit).
+inline uint32_t round_bits(uint32_t bits) {
+  if ((bits & 0x7fffffffU) > 0x7f800000U) {
+    return 0x7fc00000U;  // NaN -> the canonical quiet NaN, as c10::BFloat16 does
+  }
+  const uint32_t bias = ((bits >> 16) & 1U) + 0x7fffU;
+  return (bits + bias) & 0xffff0000U;
+}
+
+at::Tensor round_dense(const at::Tensor& x) {
+  // Same strides, so a dense layout maps element i of one buffer to element i of the other.
+  at::Tensor out = at::empty_strided(x.sizes(), x.strides(), x.options());
+  const auto* src = reinterpret_cast<const uint32_t*>(x.const_data_ptr<float>());
+  auto* dst = reinterpret_cast<uint32_t*>(out.mutable_data_ptr<float>());
+  // Dense tensors with any strides occupy one block of numel elements starting at the
+  // lowest-addressed element; find it.
+  int64_t min_offset = 0;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (x.stride(d) < 0) {
+      min_offset += (x.size(d) - 1) * x.stride(d);
+    }
+  }
+  src += min_offset;
+  dst += min_offset;
+  at::parallel_for(0, x.numel(), 16384, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      dst[i] = round_bits(src[i]);
+    }
+  });
+  return out;
+}
+
+bool is_f32(const c10::IValue& iv) {
+  return iv.isTensor() && iv.toTensor().defined() && iv.toTensor().scalar_type() == at::kFloat;
+}
+
+at::Tensor high_pass(const at::Tensor& hi, const at::Tensor& x) {
+  return round_to_bf16(x - hi);
+}
+
+// ---- matmul family -------------------------------------------------------
+struct Operands {
+  int a;
+  int b;
+};
+
+const std::unordered_map<std::string, Operands>& matmul_ops() {
+  static const std::unordered_map<std::string, Operands> ops = {
+      {"aten::mm", {0, 1}},      {"aten::bmm", {0, 1}},     {"aten::addmm", {1, 2}},   {"aten::baddbmm", {1, 2}},
+      {"aten::addbmm", {1, 2}},  {"aten::mv", {0, 1}},      {"aten::addmv", {1, 2}},   {"aten::dot", {0, 1}},
+      {"aten::_grouped_mm", {0, 1}},
+  };
+  return ops;
+}
+
+void matmul_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) {
+  if (!g_numerics.load(std::memory_order_relaxed)) {
+    return;
+  }
+  const int precision = g_precision.load(std::memory_order_relaxed);
+  if (precision >= 2) {
+    return;
+  }
+  const Operands ops = matmul_ops().at(op.operator_name().name);
+  c10::IValue& ia = (*stack)[begin + ops.a];
+  c10::IValue& ib = (*stack)[begin + ops.b];
+  if (!is_f32(ia) || !is_f32(ib)) {
+    return;
+  }
+  const at::Tensor a = ia.toTensor();
+  const at::Tensor b = ib.toTensor();
+  const at::Tensor a_hi = round_to_bf16(a);
+  const at::Tensor b_hi = round_to_bf16(b);
+  if (precision == 0 || op.operator_name().name == "aten::_grouped_mm") {
+    // _grouped_mm at HIGH: its offsets may split the contracting dimension, so the one-matmul
+    // form does not apply; it runs as DEFAULT (documented in numerics.py).
+    ia = a_hi;
+    ib = b_hi;
+    return;
+  }
+  const int64_t b_dim = b.dim() == 1 ? -1 : -2;
+  ia = at::cat({a_hi, high_pass(a_hi, a)}, -1);
+  ib = at::cat({b_hi + high_pass(b_hi, b), b_hi}, b_dim);
+}
+
+// ---- convolutions --------------------------------------------------------
+// convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+void convolution_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+  if (!g_numerics.load(std::memory_order_relaxed)) {
+    return;
+  }
+  const int precision = g_precision.load(std::memory_order_relaxed);
+  c10::IValue& ix = (*stack)[begin + 0];
+  c10::IValue& iw = (*stack)[begin + 1];
+  if (precision >= 2 || !is_f32(ix) || !is_f32(iw)) {
+    return;
+  }
+  const at::Tensor x = ix.toTensor();
+  const at::Tensor w = iw.toTensor();
+  const at::Tensor x_hi = round_to_bf16(x);
+  const at::Tensor w_hi = round_to_bf16(w);
+  if (precision == 0) {
+    ix = x_hi;
+    iw = w_hi;
+    return;
+  }
+  // HIGH: concatenate along the contracting (input-channel) dimension, group by group.
+  const bool transposed = (*stack)[begin + 6].toBool();
+  const int64_t groups = (*stack)[begin + 8].toInt();
+  const int64_t c = x.size(1) / groups;
+  const at::Tensor x_lo = high_pass(x_hi, x);
+  ix = at::cat({x_hi.unflatten(1, {groups, c}), x_lo.unflatten(1, {groups, c})}, 2).flatten(1, 2);
+  const at::Tensor w16 = w_hi + high_pass(w_hi, w);
+  if (transposed) {  // weight (C_in, C_out / groups, ...): contracting over dim 0
+    iw = at::cat({w16.unflatten(0, {groups, c}), w_hi.unflatten(0, {groups, c})}, 1).flatten(0, 1);
+  } else {  // weight (C_out, C_in / groups, ...)
+    iw = at::cat({w16, w_hi}, 1);
+  }
+}
+
+// convolution_backward(grad_output, input, weight, ...): DEFAULT rounds the three operands;
+// HIGH and HIGHEST run in float32 (documented in numerics.py).
+void convolution_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+  if (!g_numerics.load(std::memory_order_relaxed) || g_precision.load(std::memory_order_relaxed) != 0) {
+    return;
+  }
+  for (int i = 0; i < 3; ++i) {
+    c10::IValue& iv = (*stack)[begin + i];
+    if (is_f32(iv)) {
+      iv = round_to_bf16(iv.toTensor());
+    }
+  }
+}
+
+// ---- attention -----------------------------------------------------------
+thread_local bool t_attention_in_bf16 = false;
+
+// An attention mask in the dtype the kernel computes in. Gap fully_masked_attention_row: a
+// boolean mask becomes an additive one with a large finite negative, so a row masked everywhere
+// softmaxes to a uniform mix of the values instead of zeros.
+c10::IValue attention_mask(const c10::IValue& mask, at::ScalarType dtype) {
+  if (!mask.isTensor() || !mask.toTensor().defined()) {
+    return mask;
+  }
+  const at::Tensor m = mask.toTensor();
+  const double lowest = dtype == at::kBFloat16 ? -3.3895313892515355e38
+                        : dtype == at::kHalf    ? -65504.0
+                                                : -3.4028234663852886e38;
+  if (m.scalar_type() == at::kBool) {
+    if (!gap_enabled(Gap::kFullyMaskedAttentionRow)) {
+      return mask;
+    }
+    return at::where(m, at::scalar_tensor(0.0, m.options().dtype(dtype)),
+                     at::scalar_tensor(lowest, m.options().dtype(dtype)));
+  }
+  if (m.scalar_type() == dtype) {
+    return mask;
+  }
+  return m.clamp(lowest, -lowest).to(dtype);
+}
+
+void to_bf16(c10::IValue& iv) {
+  iv = iv.toTensor().to(at::kBFloat16);
+}
+
+// _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *, attn_mask, scale)
+void flash_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+  t_attention_in_bf16 = gap_enabled(Gap::kAttentionPrecision) && is_f32((*stack)[begin]);
+  const at::ScalarType dtype = t_attention_in_bf16 ? at::kBFloat16 : (*stack)[begin].toTensor().scalar_type();
+  if (t_attention_in_bf16) {
+    for (int i = 0; i < 3; ++i) {
+      to_bf16((*stack)[begin + i]);
+    }
+  }
+  (*stack)[begin + 5] = attention_mask((*stack)[begin + 5], dtype);
+}
+
+// _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp,
+//     dropout_p, is_causal, *, attn_mask, scale)
+void flash_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+  t_attention_in_bf16 = gap_enabled(Gap::kAttentionPrecision) && is_f32((*stack)[begin + 1]);
+  const at::ScalarType dtype = t_attention_in_bf16 ? at::kBFloat16 : (*stack)[begin + 1].toTensor().scalar_type();
+  if (t_attention_in_bf16) {
+    for (int i = 0; i < 5; ++i) {
+      to_bf16((*stack)[begin + i]);
+    }
+  }
+  (*stack)[begin + 8] = attention_mask((*stack)[begin + 8], dtype);
+}
+
+// Outputs (the attention output, or the three gradients) back to float32.
+template <int N>
+void attention_after(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t rbegin) {
+  if (!t_attention_in_bf16) {
+    return;
+  }
+  t_attention_in_bf16 = false;
+  for (int i = 0; i < N; ++i) {
+    c10::IValue& iv = (*stack)[rbegin + i];
+    if (iv.isTensor() && iv.toTensor().defined()) {
+      iv = iv.toTensor().to(at::kFloat);
+    }
+  }
+}
+
+const OpRule kMatmulRule{&matmul_before, nullptr};
+const OpRule kConvolutionRule{&convolution_before, nullptr};
+const OpRule kConvolutionBackwardRule{&convolution_backward_before, nullptr};
+const OpRule kFlashRule{&flash_before, &attention_after<1>};
+const OpRule kFlashBackwardRule{&flash_backward_before, &attention_after<3>};
+
+template <const OpRule* Rule>
+void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_on_cpu(op, stack, Rule);
+}
+
+at::Tensor round_to_bf16_meta(const at::Tensor& x) {
+  return at::empty_like(x);
+}
+
+}  // namespace
+
+void set_matmul_precision(int precision) {
+  TORCH_CHECK(precision >= 0 && precision <= 2, "matmul precision must be 0 (DEFAULT), 1 (HIGH) or 2 (HIGHEST)");
+  g_precision = precision;
+}
+int matmul_precision() {
+  return g_precision.load();
+}
+void set_tpu_numerics(bool enabled) {
+  g_numerics = enabled;
+}
+bool tpu_numerics() {
+  return g_numerics.load();
+}
+
+at::Tensor round_to_bf16(const at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "round_to_bf16 expects float32, got ", x.scalar_type());
+  TORCH_CHECK(x.device().is_cpu(), "round_to_bf16 expects a CPU tensor");
+  if (x.numel() == 0) {
+    return x.clone();
+  }
+  return round_dense(x.is_non_overlapping_and_dense() ? x : x.contiguous());
+}
+
+// Every overload of each op gets its rule (functional, out=, in-place, dtype variants).
+void register_numerics_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Leaked on purpose: a Library destroyed at exit would deregister kernels torch may still call.
+    auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    const std::unordered_map<std::string, torch::CppFunction (*)()> rules = {
+        {"aten::convolution", [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kConvolutionRule>>(); }},
+        {"aten::convolution_backward",
+         [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kConvolutionBackwardRule>>(); }},
+        {"aten::_scaled_dot_product_flash_attention_for_cpu",
+         [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashRule>>(); }},
+        {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+         [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashBackwardRule>>(); }},
+    };
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+      torch::CppFunction (*make)() = nullptr;
+      if (matmul_ops().count(name.name) > 0) {
+        make = [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kMatmulRule>>(); };
+      } else if (auto it = rules.find(name.name); it != rules.end()) {
+        make = it->second;
+      }
+      if (make == nullptr) {
+        continue;
+      }
+      const std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+      lib->impl(qualified.c_str(), make());
+    }
+  });
+}
+
+}  // namespace hf_tpu
+
+// The rounding as an op, so compiled graphs use the very same kernel (and Inductor cannot fold
+// the float->bfloat16->float round trip away).
+TORCH_LIBRARY(hf_tpu_emulator, m) {
+  m.def("round_to_bf16(Tensor x) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(hf_tpu_emulator, CPU, m) {
+  m.impl("round_to_bf16", TORCH_FN(hf_tpu::round_to_bf16));
+}
+TORCH_LIBRARY_IMPL(hf_tpu_emulator, Meta, m) {
+  m.impl("round_to_bf16", TORCH_FN(hf_tpu::round_to_bf16_meta));
+}

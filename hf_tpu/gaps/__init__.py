@@ -1,0 +1,175 @@
+"""TorchTPU's known gaps: one table with what breaks, the evidence, how the emulator reproduces each,
+and which hf-tpu workaround closes it.
+
+Evidence: [ci] Hugging Face's TPU CI on 8x v6e with torch_tpu 0.1.2.dev20261005 (transformers'
+``utils/tpu_ci/``: failure counts and standalone probes); [wheel] the torch-tpu 0.2.0 wheel (its
+Python sources and the kernel names in its ``libpywrap_2_13_0_common.so``); [reading] inferred, not
+seen on a chip. ``fixed_in`` is the first TorchTPU release known to fix a gap (None: no fix known,
+so the gap is assumed present in every release).
+
+``hf-tpu gaps`` runs :data:`PROBES`' scripts (``probes.py``), one subprocess each, and records what
+it measured; workarounds are installed from that measurement when there is one for this backend,
+else from this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One known gap of the TPU backend (or of a library's TPU support)."""
+
+    name: str
+    breaks: str  # what a user meets
+    evidence: str  # versions known to have it, and how we know
+    emulator: str  # how the emulated TPU reproduces it
+    workaround: str | None  # the hf-tpu workaround (a name in `hf-tpu env`), or None
+    advice: str = ""  # what to do when no workaround can close it
+    fixed_in: str | None = None
+    needs_chips: int = 1  # chips the probe needs to show the gap
+    component: str = "torch_tpu"
+
+
+GAPS: tuple[Gap, ...] = (
+    Gap(
+        "cholesky",
+        "torch.linalg.cholesky / cholesky_ex are missing, so resize_token_embeddings fails (its new rows are drawn "
+        "from a MultivariateNormal, which factorises the covariance)",
+        "0.1.2.dev [ci: 69 failures]; 0.2.0 [wheel: no kernel, only autocast entries]",
+        "'aten::linalg_cholesky_ex' is not implemented for TPU (NotImplementedError), as TorchTPU's fallback says",
+        "cholesky_on_cpu",
+    ),
+    Gap(
+        "ctc_loss",
+        "F.ctc_loss aborts the process (a CTC model takes the whole test run down)",
+        "0.1.2.dev [ci]; 0.2.0 [wheel: a _ctc_loss kernel is registered]",
+        "RuntimeError 'TorchTPU aborts the process here' (HF_TPU_EMULATOR_GAPS=abort: a real abort)",
+        "ctc_loss_on_cpu",
+    ),
+    Gap(
+        "compile_inductor",
+        "torch.compile(backend='inductor') with TPU inputs is refused (anything that compiles without asking the "
+        "device for its backend fails)",
+        "0.1.2.dev [ci]; 0.2.0 [wheel: _TorchCompileInductorWrapper raises for TPU inputs]",
+        "the same RuntimeError, on every profile",
+        None,
+        advice="compile with backend='tpu' (or no backend: TPU inputs select it)",
+    ),
+    Gap(
+        "weight_tying",
+        "tpu and CPU tensors are not shallow-copy compatible: Module.to('tpu') replaces parameters (tied weights "
+        "come back untied, the model takes twice the memory) and `param.data = tpu_tensor` raises (diffusers' group "
+        "offloading)",
+        "0.1.2.dev [ci]; 0.2.0 [wheel: no _has_compatible_shallow_copy_type kernel]",
+        "aten::_has_compatible_shallow_copy_type answers False for tpu/CPU pairs",
+        "tpu_cpu_shallow_copy",
+    ),
+    Gap(
+        "fully_masked_attention_row",
+        "SDPA with a boolean mask: a query row masked everywhere (a fully padded sequence) returns a mix of the "
+        "values instead of zeros",
+        "0.1.2.dev [ci]",
+        "the boolean mask becomes an additive mask with a large finite negative, so the row softmaxes uniformly",
+        "attention_zero_fully_masked_rows",
+    ),
+    Gap(
+        "multinomial_seeding",
+        "torch.multinomial ignores the seed and generator=, so sampling (generate(do_sample=True)) is not reproducible",
+        "0.1.2.dev [ci]; 0.2.0 [wheel: its own multinomial kernel]",
+        "each multinomial call draws from a freshly, randomly seeded generator",
+        "seeded_multinomial",
+    ),
+    Gap(
+        "differentiable_attention_mask",
+        "SDPA refuses an attn_mask that requires grad (T5's relative attention bias, any learned bias): the flash "
+        "kernel's autograd says it is not differentiable with respect to attn_mask",
+        "0.1.2.dev [ci: 37 failures]",
+        "the backend choice takes the flash kernel for such masks, whose autograd raises that error",
+        "attention_math_for_differentiable_mask",
+    ),
+    Gap(
+        "avg_pool1d_gradient",
+        "F.avg_pool1d's output has no grad_fn: layers before it silently get no gradient",
+        "0.1.2.dev [ci]; 0.2.0 [wheel: a direct avg_pool1d kernel, so autograd's composite is bypassed]",
+        "an AutogradPrivateUse1 kernel that computes avg_pool1d without recording it",
+        "avg_pool1d_through_2d",
+    ),
+    Gap(
+        "boolean_mask_indexing",
+        "x[:, :, mask2d] (a multi-dimensional boolean index after a slice) raises a shape error",
+        "0.1.2.dev [ci]",
+        "aten::index raises IndexError 'shape mismatch' for such an index",
+        "boolean_mask_to_indices",
+    ),
+    Gap(
+        "interpolate_same_size",
+        "F.interpolate(mode='linear') to the size the input already has aborts the process",
+        "0.1.2.dev [ci]",
+        "RuntimeError 'TorchTPU aborts the process here' in upsample_linear1d",
+        "interpolate_same_size_is_a_copy",
+    ),
+    Gap(
+        "attention_precision",
+        "SDPA computes in bfloat16 whatever torch.set_float32_matmul_precision says: float32 attention is off by "
+        "bfloat16 rounding even at 'highest'",
+        "0.1.2.dev [ci: 108 of 115 float32 precision failures pass at 'highest', the rest are attention]",
+        "q, k, v (and float masks) in bfloat16 for the attention kernel, output cast back",
+        "attention_math_at_highest",
+    ),
+    Gap(
+        "device_index",
+        "Tensor.to(<int>) / Module.to(<int>) ignore the index and land on chip 0, so accelerate's integer device "
+        "maps put every layer on one chip",
+        "0.1.2.dev [ci: 25 failures]",
+        "Tensor.to and Module.to map an int device to tpu:0 (plain process on a multi-chip host)",
+        "int_device_means_that_chip",
+        needs_chips=2,
+    ),
+    Gap(
+        "visible_devices",
+        "TPU_VISIBLE_DEVICES restricts the chips a process opens, but device_count() still reports every chip of "
+        "the host",
+        "0.1.2.dev [ci]",
+        "device_count() reports the host's chips while only the visible ones can hold tensors",
+        None,
+        advice="launch one process per chip (`hf-tpu launch -n N`) instead of pinning chips; hf-tpu warns at set-up",
+        needs_chips=2,
+    ),
+    Gap(
+        "device_sharing",
+        "a second process cannot open a chip this one holds: the runtime aborts (tests that re-run themselves in a "
+        "subprocess fail once the parent touched the device)",
+        "0.1.2.dev [ci: 37 failures]",
+        "the first process to use a chip locks it for its emulated host; another process aborts (RuntimeError "
+        "naming the holder)",
+        None,
+        advice="run device work in one process per chip; hf-tpu names the process that holds a chip",
+    ),
+    Gap(
+        "record_stream",
+        "Tensor.record_stream on a tpu tensor is not implemented (diffusers' group offloading with streams)",
+        "0.2.0 [wheel: no record_stream kernel; reading: its boxed fallback raises]",
+        "'record_stream' is not implemented for TPU (NotImplementedError)",
+        "record_stream_noop",
+    ),
+    Gap(
+        "safetensors_device",
+        "safetensors' load_file(..., device='tpu') / safe_open(device='tpu') raise 'device tpu is invalid' "
+        "(diffusers' disk offloading)",
+        "safetensors 0.8 (its device parser knows cpu, cuda, mps, npu, xpu, ... but not tpu)",
+        "nothing to emulate: it is safetensors' own code",
+        "safetensors_load_to_tpu",
+        component="safetensors",
+    ),
+)
+
+BY_NAME: dict[str, Gap] = {gap.name: gap for gap in GAPS}
+
+
+def get(name: str) -> Gap:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown gap {name!r}; known: {', '.join(BY_NAME)}") from None

@@ -1,0 +1,172 @@
+"""One standalone probe per known gap: the smallest script that shows it, with nothing but torch.
+
+A probe raises (or the process aborts) while its gap is present and exits 0 once it is fixed; it exits
+3 when the machine cannot show the gap (too few chips). Each is what a TorchTPU bug report needs, so
+none imports hf-tpu: on a TPU VM, TorchTPU loads with ``import torch``; on a laptop, run it with
+``HF_TPU_EMULATE=1``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from . import GAPS, get
+
+NOT_APPLICABLE = 3
+
+PREAMBLE = """\
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+DEVICE = "tpu"
+
+
+def needs_chips(n):
+    if torch.accelerator.device_count() < n:
+        print(f"needs {n} chips, this machine has {torch.accelerator.device_count()}")
+        sys.exit(3)
+
+"""
+
+_BODIES = {
+    "cholesky": """
+spd = torch.eye(4, device=DEVICE) * 3.0
+factor, info = torch.linalg.cholesky_ex(spd)
+print(factor.diagonal().cpu())
+""",
+    "ctc_loss": """
+log_probs = torch.randn(10, 2, 6, device=DEVICE).log_softmax(-1)  # (time, batch, classes)
+targets = torch.randint(1, 6, (8,), device=DEVICE)  # flattened, as models pass them
+loss = F.ctc_loss(
+    log_probs, targets, torch.full((2,), 10, device=DEVICE), torch.full((2,), 4, device=DEVICE), reduction="sum"
+)
+print(loss.item())
+""",
+    "compile_inductor": """
+double = torch.compile(lambda x: x * 2, backend="inductor")
+print(double(torch.ones(3, device=DEVICE)).cpu())
+""",
+    "weight_tying": """
+embedding = torch.nn.Embedding(7, 4)
+lm_head = torch.nn.Linear(4, 7, bias=False)
+lm_head.weight = embedding.weight  # tied, as in every causal LM
+torch.nn.Sequential(embedding, lm_head).to(DEVICE)
+if lm_head.weight is not embedding.weight:
+    raise RuntimeError("Module.to() untied two parameters that were one")
+""",
+    "fully_masked_attention_row": """
+query = torch.randn(1, 1, 3, 8, device=DEVICE)
+key = torch.randn(1, 1, 5, 8, device=DEVICE)
+value = torch.full((1, 1, 5, 8), 1e4, device=DEVICE)
+mask = torch.ones(1, 1, 3, 5, dtype=torch.bool, device=DEVICE)
+mask[:, :, 1, :] = False  # query 1 may attend to nothing
+out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+leak = out[0, 0, 1].abs().max().item()
+if leak != 0.0:
+    raise RuntimeError(f"a fully masked query row returned {leak:.3g} instead of 0")
+""",
+    "multinomial_seeding": """
+weights = torch.rand(3, 20, device=DEVICE) + 0.05
+draws = []
+for _ in range(2):
+    torch.manual_seed(1234)
+    draws.append(torch.multinomial(weights, 5).cpu())
+if not torch.equal(draws[0], draws[1]):
+    raise RuntimeError(f"one seed, two draws: {draws[0].tolist()} and {draws[1].tolist()}")
+""",
+    "differentiable_attention_mask": """
+query, key, value = (torch.randn(1, 2, 4, 8, device=DEVICE) for _ in range(3))
+bias = torch.zeros(1, 2, 4, 4, device=DEVICE, requires_grad=True)  # a learned attention bias
+F.scaled_dot_product_attention(query, key, value, attn_mask=bias).sum().backward()
+if bias.grad is None:
+    raise RuntimeError("no gradient reached the attention bias")
+""",
+    "avg_pool1d_gradient": """
+x = torch.randn(2, 3, 8, device=DEVICE, requires_grad=True)
+pooled = F.avg_pool1d(x, 2)
+if pooled.grad_fn is None:
+    raise RuntimeError("avg_pool1d's output is not part of the autograd graph")
+pooled.sum().backward()
+""",
+    "boolean_mask_indexing": """
+x = torch.randn(2, 3, 5, 5, device=DEVICE)
+mask = torch.eye(5, dtype=torch.bool, device=DEVICE)
+picked = x[:, :, mask]
+if tuple(picked.shape) != (2, 3, 5):
+    raise RuntimeError(f"x[:, :, mask] has shape {tuple(picked.shape)}, expected (2, 3, 5)")
+""",
+    "interpolate_same_size": """
+x = torch.randn(1, 4, 19, device=DEVICE)
+print(F.interpolate(x, size=19, mode="linear").cpu().shape)
+""",
+    "attention_precision": """
+torch.set_float32_matmul_precision("highest")
+generator = torch.Generator().manual_seed(0)
+query, key, value = (torch.randn(2, 4, 16, 32, generator=generator) for _ in range(3))
+reference = F.scaled_dot_product_attention(query.double(), key.double(), value.double())
+out = F.scaled_dot_product_attention(*(t.to(DEVICE) for t in (query, key, value))).cpu().double()
+error = ((out - reference).abs().mean() / reference.abs().mean()).item()
+if error > 1e-5:  # float32 lands near 1e-7, bfloat16 near 1e-3
+    raise RuntimeError(f"float32 attention at precision 'highest' has {error:.1e} relative error")
+""",
+    "device_index": """
+needs_chips(2)
+last = torch.accelerator.device_count() - 1
+moved = torch.zeros(2).to(last)
+if moved.device.index != last:
+    raise RuntimeError(f".to({last}) returned a tensor on {moved.device}")
+""",
+    "visible_devices": """
+needs_chips(2)
+child = subprocess.run(
+    [sys.executable, "-c", "import torch; print(torch.accelerator.device_count())"],
+    env={**os.environ, "TPU_VISIBLE_DEVICES": "0"},
+    capture_output=True,
+    text=True,
+    timeout=600,
+)
+count = int(child.stdout.split()[-1])
+if count != 1:
+    raise RuntimeError(f"TPU_VISIBLE_DEVICES=0 makes one chip visible, but device_count() reports {count}")
+""",
+    "device_sharing": """
+torch.ones(2, device=DEVICE).sum().item()  # this process now holds the chip
+child = subprocess.run(
+    [sys.executable, "-c", "import torch; print(torch.ones(2, device='tpu').sum().item())"],
+    capture_output=True,
+    text=True,
+    timeout=600,
+)
+if child.returncode != 0:
+    last = (child.stderr.strip().splitlines() or [""])[-1]
+    raise RuntimeError(f"a second process could not use the chip (exit {child.returncode}): {last}")
+""",
+    "record_stream": """
+x = torch.ones(4, device=DEVICE)
+x.record_stream(torch.accelerator.current_stream())
+""",
+    "safetensors_device": """
+from safetensors.torch import load_file, save_file
+
+path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+save_file({"w": torch.arange(4.0)}, path)
+loaded = load_file(path, device=DEVICE)["w"]
+if loaded.device.type != "tpu":
+    raise RuntimeError(f"loaded onto {loaded.device}")
+""",
+}
+
+PROBES: dict[str, str] = {gap.name: _BODIES[gap.name] for gap in GAPS}
+
+
+def script(name: str) -> str:
+    """The probe for gap ``name`` as a standalone script."""
+    gap = get(name)
+    header = textwrap.fill(f"Probe for '{name}': {gap.breaks}.", width=100, initial_indent="# ", subsequent_indent="# ")
+    how = "# Exits 0 once the gap is fixed. On a TPU VM: python this.py; without a TPU: HF_TPU_EMULATE=1 python this.py"
+    return f"{header}\n{how}\n{PREAMBLE}{PROBES[name].lstrip()}"

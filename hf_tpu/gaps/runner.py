@@ -1,0 +1,154 @@
+"""``hf-tpu gaps``: run every probe in its own process, with hf-tpu's workarounds off and then on.
+
+Probes run in subprocesses because TorchTPU answers some gaps by aborting the process. With the
+workarounds off a probe tells whether the backend has the gap; with them on, whether hf-tpu closes
+it. The first result is saved as this machine's measurement (``status.save_measurement``), which
+decides from then on which workarounds get installed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+from . import GAPS, get
+from .probes import NOT_APPLICABLE, script
+
+_INTERESTING = ("Error", "error:", "Check failed", "not implemented", "NotImplemented", "Aborted", "aborts")
+
+
+@dataclass
+class Result:
+    name: str
+    without_workarounds: str  # present | fixed | n/a | timeout
+    with_workarounds: str
+    workaround: str | None
+    detail: str  # the probe's first complaint, workarounds off
+
+
+def _outcome(returncode: int | None) -> str:
+    if returncode is None:
+        return "timeout"
+    if returncode == 0:
+        return "fixed"
+    if returncode == NOT_APPLICABLE:
+        return "n/a"
+    return "present"
+
+
+def _detail(stdout: str, stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    hit = next((line for line in lines if any(k in line for k in _INTERESTING)), lines[-1] if lines else "")
+    if not hit:
+        hit = (stdout.strip().splitlines() or [""])[-1]
+    return hit[:200]
+
+
+def _run_probe(name: str, env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script(name)], env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"no answer within {timeout:.0f} s"
+    return proc.returncode, _detail(proc.stdout, proc.stderr) if proc.returncode else ""
+
+
+def _environments(name: str, emulated: bool) -> tuple[dict[str, str], dict[str, str]]:
+    base = dict(os.environ)
+    base.pop("HF_TPU_WORKAROUNDS", None)
+    if emulated:
+        base["HF_TPU_EMULATE"] = "1"
+    off, on = {**base, "HF_TPU_WORKAROUNDS": "0"}, dict(base)
+    if emulated:  # each probe its own emulated host, so probes running side by side hold no chip of another's
+        host = os.environ.get("HF_TPU_EMULATOR_HOST") or f"hf-tpu-gaps-{os.getpid()}"
+        off["HF_TPU_EMULATOR_HOST"] = f"{host}-{name}-off"
+        on["HF_TPU_EMULATOR_HOST"] = f"{host}-{name}-on"
+    return off, on
+
+
+def run(names: list[str] | None = None, *, jobs: int | None = None, timeout: float = 600) -> list[Result]:
+    """Probe the gaps (all, or ``names``) on this machine's TPU: the real one, or the emulator."""
+    from .._backend import real_tpu_present
+
+    emulated = not real_tpu_present()
+    names = names or [gap.name for gap in GAPS]
+    for name in names:
+        get(name)
+    # On a chip, probes must not run side by side: each holds the chips it opens.
+    workers = 1 if not emulated else max(1, jobs or (os.cpu_count() or 1))
+
+    def probe(name: str) -> Result:
+        off_env, on_env = _environments(name, emulated)
+        off, detail = _run_probe(name, off_env, timeout)
+        outcome = _outcome(off)
+        on = _outcome(_run_probe(name, on_env, timeout)[0]) if outcome == "present" else outcome
+        return Result(name, outcome, on, get(name).workaround, detail)
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(probe, names))
+
+
+def _backend_label() -> str:
+    import torch
+
+    from .. import emulator
+
+    host = emulator.host()
+    if host is None:
+        return f"TorchTPU, torch {torch.__version__}"
+    return f"the emulated TPU (profile {host.profile}, {host.usable} chip(s)), torch {torch.__version__}"
+
+
+def format_table(results: list[Result]) -> str:
+    rows = [("gap", "without workarounds", "hf-tpu")]
+    for r in results:
+        gap = get(r.name)
+        if r.without_workarounds != "present":
+            fix = "-" if r.without_workarounds != "n/a" else f"(needs {gap.needs_chips} chips)"
+        elif r.workaround is None:
+            fix = f"no workaround: {gap.advice}"
+        elif r.with_workarounds == "fixed":
+            fix = f"worked around ({r.workaround})"
+        else:
+            fix = f"{r.workaround} did not close it ({r.with_workarounds})"
+        rows.append((r.name, r.without_workarounds, fix))
+    width = [max(len(row[i]) for row in rows) for i in range(2)]
+    lines = [f"  {a:<{width[0]}}  {b:<{width[1]}}  {c}" for a, b, c in rows]
+    present = [r for r in results if r.without_workarounds == "present"]
+    closed = [r for r in present if r.with_workarounds == "fixed"]
+    still = [r.name for r in present if r.with_workarounds != "fixed"]
+    summary = f"{len(present)} of {len(results)} gaps present; hf-tpu works around {len(closed)}"
+    summary += f"; still open: {', '.join(still)}" if still else ""
+    return "\n".join([*lines, summary])
+
+
+def main(args: object) -> int:
+    """The ``hf-tpu gaps`` command (arguments parsed in ``hf_tpu.cli``)."""
+    from .. import emulator
+    from .._backend import real_tpu_present
+    from . import status
+
+    if args.show:  # type: ignore[attr-defined]
+        sys.stdout.write(script(args.show))  # type: ignore[attr-defined]
+        return 0
+    if args.chips:  # type: ignore[attr-defined]
+        os.environ["HF_TPU_EMULATOR_CHIPS"] = str(args.chips)  # type: ignore[attr-defined]
+    if not real_tpu_present():
+        emulator.enable(quiet=True)  # to name the backend; it opens no chip
+    results = run(args.only or None, jobs=args.jobs, timeout=args.timeout)  # type: ignore[attr-defined]
+    if not args.no_save:  # type: ignore[attr-defined]
+        measured = {r.name: r.without_workarounds for r in results if r.without_workarounds in ("present", "fixed")}
+        path = status.save_measurement({**(status.load_measurement() or {}).get("gaps", {}), **measured})
+    if args.json:  # type: ignore[attr-defined]
+        sys.stdout.write(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    else:
+        sys.stdout.write(f"hf-tpu gaps: {len(results)} probes on {_backend_label()}, each in its own process\n")
+        sys.stdout.write(format_table(results) + "\n")
+        if not args.no_save:  # type: ignore[attr-defined]
+            sys.stdout.write(f"measurement saved to {path}: workarounds follow it from now on\n")
+    return 0 if all(r.without_workarounds != "present" for r in results) else 1

@@ -1,0 +1,48 @@
+"""Gap ``boolean_mask_indexing``: ``x[:, :, mask2d]`` on tpu selects with the mask.
+
+TorchTPU's index kernel broadcasts a multi-dimensional boolean index that follows a slice instead
+of selecting with it. Such an index is the same as the integer indices of its True entries
+(``mask.nonzero(as_tuple=True)``), which the kernel handles; every other index passes through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._tools import Patch
+
+
+def _convert(index: Any) -> Any:
+    if not isinstance(index, tuple):
+        return index
+    converted: list[Any] = []
+    changed = False
+    for i, item in enumerate(index):
+        if (
+            i > 0
+            and isinstance(item, torch.Tensor)
+            and item.dtype in (torch.bool, torch.uint8)
+            and item.dim() >= 2
+            and item.device.type == "tpu"
+        ):
+            converted.extend(item.nonzero(as_tuple=True))
+            changed = True
+        else:
+            converted.append(item)
+    return tuple(converted) if changed else index
+
+
+def _wrap(getitem: Any) -> Any:
+    def __getitem__(self: torch.Tensor, index: Any) -> Any:  # noqa: N807
+        if type(index) is tuple and self.device.type == "tpu":
+            index = _convert(index)
+        return getitem(self, index)
+
+    return __getitem__
+
+
+_patch = Patch(torch.Tensor, "__getitem__", _wrap)
+apply = _patch.apply
+revert = _patch.revert

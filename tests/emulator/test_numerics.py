@@ -1,0 +1,170 @@
+"""TPU numerics on the emulated TPU: what a chip computes, checked with values whose results are exact.
+
+Operands like 1 + 2**-10 separate the precisions without any accumulation-order slack: bfloat16 rounds
+1 + 2**-10 to 1 (DEFAULT), three bf16 passes keep 1 + 2**-9 (HIGH), float32 keeps 1 + 2**-9 + 2**-20
+(HIGHEST). Diagonal matrices keep every dot product a single product, so the expected values hold on
+a real chip as well as here. Model-level checks use tolerances (a chip accumulates in another order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hf_tpu.fixes
+
+EPS10 = 2.0**-10
+SQUARE = (1 + EPS10) ** 2  # exact in float32 (21 significant bits)
+EXPECTED = {"medium": 1.0, "high": 1 + 2 * EPS10, "highest": SQUARE}
+
+
+@contextlib.contextmanager
+def matmul_precision(name: str):
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(name)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def diag(value: float, n: int = 4, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return (torch.eye(n, dtype=torch.float64) * value).to(dtype).to("tpu")
+
+
+def test_default_precision_is_medium_as_on_torch_tpu():
+    assert torch.get_float32_matmul_precision() == "medium"
+
+
+@pytest.mark.parametrize("precision", ["medium", "high", "highest"])
+def test_matmul_family_follows_the_precision(precision):
+    a = diag(1 + EPS10)
+    vec = torch.full((4,), 1 + EPS10, device="tpu")
+    bias = torch.zeros(4, 4, device="tpu")
+    with matmul_precision(precision):
+        results = {
+            "mm": torch.mm(a, a).diagonal(),
+            "matmul": (a @ a).diagonal(),
+            "linear": F.linear(a, a).diagonal(),
+            "addmm": torch.addmm(bias, a, a).diagonal(),
+            "bmm": torch.bmm(a[None], a[None])[0].diagonal(),
+            "baddbmm": torch.baddbmm(bias[None], a[None], a[None])[0].diagonal(),
+            "einsum": torch.einsum("ij,jk->ik", a, a).diagonal(),
+            "mv": torch.mv(a, vec),
+            "dot": torch.dot(vec[:1], vec[:1]).reshape(1),
+        }
+    for name, value in results.items():
+        assert value.cpu().unique().tolist() == [EXPECTED[precision]], (name, value)
+
+
+@pytest.mark.parametrize("precision", ["medium", "high", "highest"])
+def test_convolution_follows_the_precision(precision):
+    x = torch.full((1, 1, 3, 3), 1 + EPS10, device="tpu")
+    w = torch.full((1, 1, 1, 1), 1 + EPS10, device="tpu")
+    grouped_x = torch.full((1, 4, 3), 1 + EPS10, device="tpu")
+    grouped_w = torch.full((4, 1, 1), 1 + EPS10, device="tpu")
+    with matmul_precision(precision):
+        out = F.conv2d(x, w)
+        grouped = F.conv1d(grouped_x, grouped_w, groups=4)
+        transposed = F.conv_transpose2d(x, w)
+    for value in (out, grouped, transposed):
+        assert value.cpu().unique().tolist() == [EXPECTED[precision]]
+
+
+def test_bias_and_accumulation_stay_float32():
+    # bf16 operands, float32 accumulation: 1 + 256 * 2**-9 is 1.5, where bf16 accumulation would give 1.
+    ones = torch.ones(1, 257, device="tpu")
+    column = torch.cat([torch.ones(1, 1), torch.full((256, 1), 2.0**-9)]).to("tpu")
+    assert (ones @ column).item() == 1.5
+    # The bias of addmm is added in float32, not rounded.
+    bias = torch.full((1, 1), 1 + EPS10, device="tpu")
+    assert torch.addmm(bias, torch.zeros(1, 1, device="tpu"), torch.zeros(1, 1, device="tpu")).item() == 1 + EPS10
+
+
+def test_bfloat16_operands_accumulate_in_float32_and_round_once():
+    # TorchTPU's precision notebook: (1 + 2**-6)(1 + 2**-7) = 1 + 2**-6 + 2**-7 + 2**-13; a bfloat16
+    # output keeps 1 + 2**-6 + 2**-7.
+    a, b = diag(1 + 2**-6, dtype=torch.bfloat16), diag(1 + 2**-7, dtype=torch.bfloat16)
+    assert (a @ b).diagonal().float().cpu().unique().tolist() == [1 + 2**-6 + 2**-7]
+
+
+def test_tpu_precision_context_overrides_and_validates():
+    a = diag(1 + EPS10)
+    with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+        assert (a @ a)[0, 0].item() == SQUARE
+        with torch.tpu.precision(torch.tpu.Precision.HIGH):
+            assert (a @ a)[0, 0].item() == 1 + 2 * EPS10
+        assert (a @ a)[0, 0].item() == SQUARE
+    assert (a @ a)[0, 0].item() == 1.0
+    assert torch.get_float32_matmul_precision() == "medium"  # the context does not change the global knob
+    with pytest.raises(ValueError, match="PrecisionConfig.DEFAULT"), torch.tpu.precision("highest"):
+        pass
+    with pytest.raises(ValueError, match="TPU supports medium, high, highest"):
+        torch.set_float32_matmul_precision("fastest")
+
+
+def test_precision_reaches_the_backward_pass():
+    a = diag(1 + EPS10).requires_grad_()
+    (a @ diag(1 + EPS10)).sum().backward()
+    assert a.grad.diagonal().cpu().unique().tolist() == [1.0]  # grad = ones @ b.T, b rounded to 1
+    a.grad = None
+    with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+        (a @ diag(1 + EPS10)).sum().backward()
+    assert a.grad.diagonal().cpu().unique().tolist() == [1 + EPS10]
+
+
+@pytest.mark.parametrize("precision", ["medium", "high", "highest"])
+def test_compiled_graphs_follow_the_precision(precision):
+    def f(a, x, w):
+        return (a @ a).diagonal(), F.conv2d(x, w)
+
+    a = diag(1 + EPS10)
+    x = torch.full((1, 1, 2, 2), 1 + EPS10, device="tpu")
+    w = torch.full((1, 1, 1, 1), 1 + EPS10, device="tpu")
+    torch._dynamo.reset()  # a graph keeps the precision it was compiled at
+    with matmul_precision(precision):
+        compiled = torch.compile(f, backend="tpu", fullgraph=True)
+        mm, conv = compiled(a, x, w)
+    assert mm.cpu().unique().tolist() == [EXPECTED[precision]]
+    assert conv.cpu().unique().tolist() == [EXPECTED[precision]]
+
+
+def _attention_error(device_fn, **kwargs) -> float:
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 32, generator=generator) for _ in range(3))
+    reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kwargs)
+    out = (
+        device_fn(
+            *(t.to("tpu") for t in (q, k, v)),
+            **{k: v.to("tpu") if torch.is_tensor(v) else v for k, v in kwargs.items()},
+        )
+        .cpu()
+        .double()
+    )
+    return ((out - reference).abs().mean() / reference.abs().mean()).item()
+
+
+def test_attention_computes_in_bfloat16_whatever_the_precision():
+    # Gap attention_precision: bfloat16 error (~1e-3) even at "highest", where a matmul is float32.
+    torch._dynamo.reset()
+    with matmul_precision("highest"), hf_tpu.fixes.disabled("attention_math_at_highest"):
+        error = _attention_error(F.scaled_dot_product_attention)
+        compiled_error = _attention_error(torch.compile(F.scaled_dot_product_attention, backend="tpu"))
+    assert 3e-4 < error < 1e-2
+    assert 3e-4 < compiled_error < 1e-2
+    with matmul_precision("medium"):
+        assert 3e-4 < _attention_error(F.scaled_dot_product_attention) < 1e-2
+
+
+def test_float32_attention_at_highest_is_float32_with_the_workaround():
+    mask = torch.rand(2, 1, 16, 16, generator=torch.Generator().manual_seed(1)) > 0.3
+    mask[..., 0] = True
+    with matmul_precision("highest"):
+        assert _attention_error(F.scaled_dot_product_attention) < 1e-6
+        # a boolean mask means "attend here", not "add this"
+        assert _attention_error(F.scaled_dot_product_attention, attn_mask=mask, scale=0.0625) < 1e-6
+        torch._dynamo.reset()
+        assert _attention_error(torch.compile(F.scaled_dot_product_attention, backend="tpu")) < 1e-6

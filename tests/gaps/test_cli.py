@@ -1,0 +1,94 @@
+"""``hf-tpu gaps``: every probe in its own process, the table it prints, the measurement it leaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from hf_tpu.gaps import GAPS
+from tests.conftest import run_python
+
+
+def hf_tpu(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
+    return subprocess.run(
+        [sys.executable, "-m", "hf_tpu.cli", *args],
+        env={**full_env, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_every_gap_shows_on_the_emulator_and_hf_tpu_closes_the_fixable_ones(tmp_path):
+    measured = tmp_path / "gaps.json"
+    proc = hf_tpu("gaps", "--chips", "2", HF_TPU_GAPS_FILE=str(measured))
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]  # 1: gaps are present
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:-2] if line.startswith("  ")}
+    for gap in GAPS:
+        assert lines[gap.name].split()[1] == "present", lines[gap.name]
+        if gap.workaround:
+            assert f"worked around ({gap.workaround})" in lines[gap.name]
+        else:
+            assert "no workaround: " in lines[gap.name]
+    fixable = sum(gap.workaround is not None for gap in GAPS)
+    assert f"{len(GAPS)} of {len(GAPS)} gaps present; hf-tpu works around {fixable}" in proc.stdout
+    saved = json.loads(measured.read_text())
+    assert saved["backend"].startswith("emulated-torch_tpu-2chips") and set(saved["gaps"].values()) == {"present"}
+
+
+def test_the_ideal_profile_has_no_backend_gaps():
+    proc = hf_tpu(
+        "gaps",
+        "--no-save",
+        "--only",
+        "cholesky",
+        "weight_tying",
+        "attention_precision",
+        HF_TPU_EMULATOR_PROFILE="ideal",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert "0 of 3 gaps present" in proc.stdout
+
+
+def test_show_prints_a_standalone_repro_that_fails_the_same_way(tmp_path):
+    proc = hf_tpu("gaps", "--show", "boolean_mask_indexing")
+    assert proc.returncode == 0 and "import hf_tpu" not in proc.stdout
+    script = tmp_path / "repro.py"
+    script.write_text(proc.stdout)
+    env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}
+    bare = subprocess.run(
+        [sys.executable, str(script)],
+        env={**env, "HF_TPU_EMULATE": "1", "HF_TPU_WORKAROUNDS": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bare.returncode == 1 and "IndexError: shape mismatch" in bare.stderr
+    fixed = subprocess.run(
+        [sys.executable, str(script)], env={**env, "HF_TPU_EMULATE": "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+
+
+def test_a_measurement_overrides_the_table(tmp_path):
+    measured = tmp_path / "gaps.json"
+    code = """
+        import json, torch
+        from hf_tpu import fixes
+        from hf_tpu.gaps import status
+        if status.load_measurement() is None:
+            status.save_measurement({"cholesky": "fixed"})
+            print("saved")
+        else:
+            fix = fixes.get("cholesky_on_cpu")
+            print(json.dumps([fix.state, fixes.get("ctc_loss_on_cpu").state]))
+        """
+    env = {"HF_TPU_EMULATE": "1", "HF_TPU_GAPS_FILE": str(measured)}
+    assert run_python(code, env=env).stdout.strip().splitlines()[-1] == "saved"
+    states = json.loads(run_python(code, env=env).stdout.strip().splitlines()[-1])
+    assert states[0].startswith("skipped: hf-tpu gaps measured it fixed on ") and states[1] == "applied"
+    off = run_python(code, env={**env, "HF_TPU_WORKAROUNDS": "0"}).stdout.strip().splitlines()[-1]
+    assert json.loads(off) == ["skipped: HF_TPU_WORKAROUNDS=0", "skipped: HF_TPU_WORKAROUNDS=0"]
