@@ -47,7 +47,12 @@ def _table() -> tuple[Fix, ...]:
 
     sdpa = "torch.nn.functional.scaled_dot_product_attention (tpu tensors)"
     return (
-        _fix("cholesky_on_cpu", "cholesky", "aten::linalg_cholesky_ex, aten::cholesky (tpu kernels)", cholesky),
+        _fix(
+            "cholesky_on_cpu",
+            "cholesky",
+            "aten::linalg_cholesky_ex, cholesky, cholesky_inverse (tpu kernels)",
+            cholesky,
+        ),
         _fix("ctc_loss_on_cpu", "ctc_loss", "aten::_ctc_loss, aten::_ctc_loss_backward (tpu kernels)", ctc_loss),
         _fix(
             "tpu_cpu_shallow_copy", "weight_tying", "aten::_has_compatible_shallow_copy_type (tpu kernel)", shallow_copy

@@ -1,6 +1,6 @@
 """Gap ``cholesky``: Cholesky factorisations run on the host, so ``resize_token_embeddings`` works.
 
-TorchTPU has no kernel for ``linalg_cholesky_ex`` / ``cholesky``; the factorisation of a covariance
+TorchTPU has no kernel for ``linalg_cholesky_ex`` / ``cholesky`` / ``cholesky_inverse``; the factorisation of a covariance
 matrix is small (embedding width squared), so a round trip through the CPU costs little.
 Autograd is unchanged (the derivative formula sits above the kernel).
 """
@@ -19,6 +19,7 @@ def apply() -> None:
         {
             "linalg_cholesky_ex": on_cpu(torch.ops.aten.linalg_cholesky_ex.default),
             "cholesky": on_cpu(torch.ops.aten.cholesky.default),
+            "cholesky_inverse": on_cpu(torch.ops.aten.cholesky_inverse.default),
         }
     )
 
