@@ -3,6 +3,7 @@
 hf-tpu launch -n 4 train.py --lr 1e-4   # torchrun --standalone, one process per chip
 hf-tpu gaps                              # probe TorchTPU's known gaps here, and what hf-tpu closes
 hf-tpu gaps --show cholesky              # a gap's standalone repro, for a TorchTPU bug report
+hf-tpu gaps --fixes                      # every patch and workaround hf-tpu applies, and why
 hf-tpu build                             # compile the emulator's C++ core ahead of time
 hf-tpu info                              # which TPU this process would use
 """
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     gaps.add_argument("--timeout", type=float, default=600, help="seconds per probe (default 600)")
     gaps.add_argument("--json", action="store_true", help="print the results as JSON")
     gaps.add_argument("--no-save", action="store_true", help="do not record the measurement for this machine")
+    gaps.add_argument("--fixes", action="store_true", help="list hf-tpu's patches and workarounds, and their state")
     sub.add_parser("build", help="build the emulated TPU's C++ core now")
     sub.add_parser("info", help="print which TPU this process uses")
     args = parser.parse_args(argv)

@@ -127,6 +127,21 @@ def format_table(results: list[Result]) -> str:
     return "\n".join([*lines, summary])
 
 
+def format_fixes() -> str:
+    """The registry of hf-tpu's fixes in this process: upstream patches and backend workarounds."""
+    from .. import fixes
+
+    rows = fixes.registered()
+    lines = [
+        f"hf-tpu fixes: {sum(r.kind == 'workaround' for r in rows)} workarounds, {sum(r.kind == 'patch' for r in rows)} patches"
+    ]
+    for kind in ("workaround", "patch"):
+        for fix in (r for r in rows if r.kind == kind):
+            lines.append(f"  {fix.name:<40} {kind:<10} {fix.gap:<30} {fix.state}")
+            lines.append(f"  {'':<40} {fix.why}")
+    return "\n".join(lines)
+
+
 def main(args: object) -> int:
     """The ``hf-tpu gaps`` command (arguments parsed in ``hf_tpu.cli``)."""
     from .. import emulator
@@ -135,6 +150,11 @@ def main(args: object) -> int:
 
     if args.show:  # type: ignore[attr-defined]
         sys.stdout.write(script(args.show))  # type: ignore[attr-defined]
+        return 0
+    if args.fixes:  # type: ignore[attr-defined]
+        if not real_tpu_present():
+            emulator.enable(quiet=True)
+        sys.stdout.write(format_fixes() + "\n")
         return 0
     if args.chips:  # type: ignore[attr-defined]
         os.environ["HF_TPU_EMULATOR_CHIPS"] = str(args.chips)  # type: ignore[attr-defined]

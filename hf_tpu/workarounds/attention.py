@@ -14,6 +14,7 @@ Other calls, and every non-tpu call, go to PyTorch's function unchanged.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -29,10 +30,15 @@ _active: set[str] = set()
 _wrapped: Wrapped | None = None
 
 
-@torch.compiler.assume_constant_result
 def _precision_is_highest() -> bool:
-    # A constant while Dynamo traces: the graph keeps the precision it was compiled at, as XLA's does.
     return torch.get_float32_matmul_precision() == "highest"
+
+
+def _constant_while_tracing(dynamo: ModuleType) -> None:
+    """Dynamo cannot trace the precision query: make it a constant of the graph (the graph keeps the precision
+    it was compiled at, as XLA's does). Done when Dynamo is imported, which costs a second."""
+    global _precision_is_highest
+    _precision_is_highest = dynamo.assume_constant_result(_precision_is_highest)
 
 
 def _wrap(sdpa: Any) -> Any:
@@ -75,6 +81,9 @@ def _enable(name: str) -> None:
     global _wrapped
     _active.add(name)
     if _wrapped is None:
+        from .._import_hooks import when_imported
+
+        when_imported("torch._dynamo", _constant_while_tracing)
         _wrapped = Wrapped(F, "scaled_dot_product_attention", _wrap)
 
 

@@ -168,3 +168,24 @@ def test_float32_attention_at_highest_is_float32_with_the_workaround():
         assert _attention_error(F.scaled_dot_product_attention, attn_mask=mask, scale=0.0625) < 1e-6
         torch._dynamo.reset()
         assert _attention_error(torch.compile(F.scaled_dot_product_attention, backend="tpu")) < 1e-6
+
+
+def test_weights_rounded_once_follow_in_place_updates_and_new_storage():
+    # The emulator keeps parameters rounded between calls (decode multiplies the same weights every
+    # token); an update in place, or new data, must be seen at once.
+    w = torch.nn.Parameter(diag(1 + EPS10))
+    x = diag(1.0)
+    with torch.no_grad():
+        assert (x @ w.t())[0, 0].item() == 1.0
+        w.copy_(diag(1 + 2**-6))  # an optimizer step: the version counter moves
+        assert (x @ w.t())[0, 0].item() == 1 + 2**-6
+        w.data = diag(3.0)  # new storage
+        assert (x @ w.t())[0, 0].item() == 3.0
+        with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+            w.copy_(diag(1 + EPS10))
+            assert (x @ w.t())[0, 0].item() == 1 + EPS10
+        assert (x @ w.t())[0, 0].item() == 1.0
+    for _ in range(3):  # parameters that die and are reborn at the same address
+        fresh = torch.nn.Parameter(diag(1 + 2**-5))
+        assert (x @ fresh)[0, 0].item() == 1 + 2**-5
+        del fresh

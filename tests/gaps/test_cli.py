@@ -92,3 +92,17 @@ def test_a_measurement_overrides_the_table(tmp_path):
     assert states[0].startswith("skipped: hf-tpu gaps measured it fixed on ") and states[1] == "applied"
     off = run_python(code, env={**env, "HF_TPU_WORKAROUNDS": "0"}).stdout.strip().splitlines()[-1]
     assert json.loads(off) == ["skipped: HF_TPU_WORKAROUNDS=0", "skipped: HF_TPU_WORKAROUNDS=0"]
+
+
+def test_fixes_lists_every_patch_and_workaround_with_its_state():
+    proc = hf_tpu("gaps", "--fixes")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1::2]}
+    # One chip: the device_index gap cannot show, so its workaround is skipped, saying why; safetensors' waits for
+    # safetensors.torch to be imported.
+    for gap in GAPS:
+        if gap.workaround:
+            state = "skipped:" if gap.needs_chips > 1 else "waiting:" if gap.component != "torch_tpu" else "applied"
+            assert rows[gap.workaround][1:4] == ["workaround", gap.name, state], rows[gap.workaround]
+    assert rows["max_memory_tpu_keys"][1:4] == ["patch", "G2", "waiting:"]
+    assert "patches" in proc.stdout.splitlines()[0]

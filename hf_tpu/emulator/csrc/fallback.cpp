@@ -156,6 +156,10 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
   const bool cross_device_ok = op.operator_name().name == "aten::copy_";
 
   AliasMap aliases(device);
+  std::vector<c10::IValue> device_args;
+  if (rule != nullptr && rule->before != nullptr) {
+    device_args.assign(stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
+  }
   bool saw_tpu = false;
   bool saw_tpu_device_arg = false;
   bool saw_tpu_generator = false;
@@ -227,7 +231,7 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
 
   check_gaps_before(op, stack, begin);
   if (rule != nullptr && rule->before != nullptr) {
-    rule->before(op, stack, begin);
+    rule->before(op, stack, begin, device_args);
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 

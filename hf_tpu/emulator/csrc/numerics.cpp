@@ -67,6 +67,129 @@ at::Tensor high_pass(const at::Tensor& hi, const at::Tensor& x) {
   return round_to_bf16(x - hi);
 }
 
+// ---- weights: rounded once, not on every call ------------------------------
+// A decode step multiplies every weight again; rounding each one on every call would cost a pass over
+// all the model's weights per token. Operands whose root is a leaf that requires grad (parameters,
+// also under no_grad) are kept rounded, keyed by storage, geometry and the tensor's version counter
+// (an in-place update, e.g. an optimizer step, bumps it), in host memory up to a byte budget (LRU).
+constexpr size_t kCacheBudget = size_t{1} << 30;
+
+struct CacheKey {
+  const c10::StorageImpl* storage;
+  int64_t offset;
+  std::vector<int64_t> geometry;  // sizes, then strides
+  int kind;                       // which transform (see Transform)
+  bool operator==(const CacheKey& o) const {
+    return storage == o.storage && offset == o.offset && kind == o.kind && geometry == o.geometry;
+  }
+};
+struct CacheKeyHash {
+  size_t operator()(const CacheKey& k) const {
+    size_t h = std::hash<const void*>()(k.storage) ^ (std::hash<int64_t>()(k.offset) * 31) ^ (k.kind * 1000003);
+    for (int64_t g : k.geometry) {
+      h = h * 131 + std::hash<int64_t>()(g);
+    }
+    return h;
+  }
+};
+struct CacheEntry {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  uint32_t version;
+  at::Tensor value;
+  uint64_t last_use;
+};
+
+std::mutex g_cache_mutex;
+std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> g_cache;
+size_t g_cache_bytes = 0;
+uint64_t g_cache_clock = 0;
+
+size_t bytes_of(const at::Tensor& t) {
+  return t.storage().nbytes();
+}
+
+void evict_locked(size_t needed) {
+  for (auto it = g_cache.begin(); it != g_cache.end();) {  // entries whose weight died
+    if (it->second.storage.expired()) {
+      g_cache_bytes -= bytes_of(it->second.value);
+      it = g_cache.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (!g_cache.empty() && g_cache_bytes + needed > kCacheBudget) {
+    auto oldest = g_cache.begin();
+    for (auto it = g_cache.begin(); it != g_cache.end(); ++it) {
+      if (it->second.last_use < oldest->second.last_use) {
+        oldest = it;
+      }
+    }
+    g_cache_bytes -= bytes_of(oldest->second.value);
+    g_cache.erase(oldest);
+  }
+}
+
+bool is_weight(const at::Tensor& device_tensor) {
+  if (!device_tensor.defined() || device_tensor.device().type() != kTpu) {
+    return false;
+  }
+  if (device_tensor.is_view()) {
+    const at::TensorBase& root = device_tensor._base();
+    return root.requires_grad() && root.is_leaf();
+  }
+  return device_tensor.requires_grad() && device_tensor.is_leaf();
+}
+
+// `make()` computed once per weight version (for `kind`), or every time for other operands.
+template <typename Make>
+at::Tensor transformed(const c10::IValue& device_arg, int kind, Make make) {
+  if (!device_arg.isTensor() || !is_weight(device_arg.toTensor())) {
+    return make();
+  }
+  const at::Tensor& t = device_arg.toTensor();
+  CacheKey key{t.storage().unsafeGetStorageImpl(), t.storage_offset(), {}, kind};
+  key.geometry.reserve(2 * static_cast<size_t>(t.dim()));
+  key.geometry.insert(key.geometry.end(), t.sizes().begin(), t.sizes().end());
+  key.geometry.insert(key.geometry.end(), t.strides().begin(), t.strides().end());
+  const uint32_t version = t._version();
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    auto it = g_cache.find(key);
+    if (it != g_cache.end()) {
+      auto alive = it->second.storage.lock();
+      if (alive.get() == key.storage && it->second.version == version) {
+        it->second.last_use = ++g_cache_clock;
+        return it->second.value;
+      }
+      g_cache_bytes -= bytes_of(it->second.value);
+      g_cache.erase(it);
+    }
+  }
+  at::Tensor value = make();
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  const size_t nbytes = bytes_of(value);
+  if (nbytes <= kCacheBudget / 4) {
+    evict_locked(nbytes);
+    g_cache.insert_or_assign(key, CacheEntry{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()),
+                                             version, value, ++g_cache_clock});
+    g_cache_bytes += nbytes;
+  }
+  return value;
+}
+
+// The transforms an operand may get (cache kinds).
+enum Transform : int { kRound = 0, kHighLeft = 1, kHighRightMatrix = 2, kHighRightVector = 3, kHighConvWeight = 4 };
+
+at::Tensor high_left(const at::Tensor& a) {  // [a_hi, a_lo] along the last (contracting) dimension
+  const at::Tensor hi = round_to_bf16(a);
+  return at::cat({hi, high_pass(hi, a)}, -1);
+}
+
+at::Tensor high_right(const at::Tensor& b, int64_t dim) {  // [b_hi + b_lo; b_hi] along the contracting dimension
+  const at::Tensor hi = round_to_bf16(b);
+  return at::cat({hi + high_pass(hi, b), hi}, dim);
+}
+
 // ---- matmul family -------------------------------------------------------
 struct Operands {
   int a;
@@ -82,7 +205,8 @@ const std::unordered_map<std::string, Operands>& matmul_ops() {
   return ops;
 }
 
-void matmul_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) {
+void matmul_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
+                   const std::vector<c10::IValue>& device_args) {
   if (!g_numerics.load(std::memory_order_relaxed)) {
     return;
   }
@@ -98,23 +222,24 @@ void matmul_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size
   }
   const at::Tensor a = ia.toTensor();
   const at::Tensor b = ib.toTensor();
-  const at::Tensor a_hi = round_to_bf16(a);
-  const at::Tensor b_hi = round_to_bf16(b);
+  const c10::IValue& da = device_args[ops.a];
+  const c10::IValue& db = device_args[ops.b];
   if (precision == 0 || op.operator_name().name == "aten::_grouped_mm") {
     // _grouped_mm at HIGH: its offsets may split the contracting dimension, so the one-matmul
     // form does not apply; it runs as DEFAULT (documented in numerics.py).
-    ia = a_hi;
-    ib = b_hi;
+    ia = transformed(da, kRound, [&] { return round_to_bf16(a); });
+    ib = transformed(db, kRound, [&] { return round_to_bf16(b); });
     return;
   }
-  const int64_t b_dim = b.dim() == 1 ? -1 : -2;
-  ia = at::cat({a_hi, high_pass(a_hi, a)}, -1);
-  ib = at::cat({b_hi + high_pass(b_hi, b), b_hi}, b_dim);
+  const bool vector = b.dim() == 1;
+  ia = transformed(da, kHighLeft, [&] { return high_left(a); });
+  ib = transformed(db, vector ? kHighRightVector : kHighRightMatrix, [&] { return high_right(b, vector ? -1 : -2); });
 }
 
 // ---- convolutions --------------------------------------------------------
 // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-void convolution_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+void convolution_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin,
+                        const std::vector<c10::IValue>& device_args) {
   if (!g_numerics.load(std::memory_order_relaxed)) {
     return;
   }
@@ -126,37 +251,40 @@ void convolution_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* st
   }
   const at::Tensor x = ix.toTensor();
   const at::Tensor w = iw.toTensor();
-  const at::Tensor x_hi = round_to_bf16(x);
-  const at::Tensor w_hi = round_to_bf16(w);
   if (precision == 0) {
-    ix = x_hi;
-    iw = w_hi;
+    ix = transformed(device_args[0], kRound, [&] { return round_to_bf16(x); });
+    iw = transformed(device_args[1], kRound, [&] { return round_to_bf16(w); });
     return;
   }
+  const at::Tensor x_hi = round_to_bf16(x);
   // HIGH: concatenate along the contracting (input-channel) dimension, group by group.
   const bool transposed = (*stack)[begin + 6].toBool();
   const int64_t groups = (*stack)[begin + 8].toInt();
   const int64_t c = x.size(1) / groups;
   const at::Tensor x_lo = high_pass(x_hi, x);
   ix = at::cat({x_hi.unflatten(1, {groups, c}), x_lo.unflatten(1, {groups, c})}, 2).flatten(1, 2);
-  const at::Tensor w16 = w_hi + high_pass(w_hi, w);
-  if (transposed) {  // weight (C_in, C_out / groups, ...): contracting over dim 0
-    iw = at::cat({w16.unflatten(0, {groups, c}), w_hi.unflatten(0, {groups, c})}, 1).flatten(0, 1);
-  } else {  // weight (C_out, C_in / groups, ...)
-    iw = at::cat({w16, w_hi}, 1);
-  }
+  iw = transformed(device_args[1], kHighConvWeight + (transposed ? 1000 * groups : 0), [&] {
+    const at::Tensor w_hi = round_to_bf16(w);
+    const at::Tensor w16 = w_hi + high_pass(w_hi, w);
+    if (transposed) {  // weight (C_in, C_out / groups, ...): contracting over dim 0
+      return at::cat({w16.unflatten(0, {groups, c}), w_hi.unflatten(0, {groups, c})}, 1).flatten(0, 1);
+    }
+    return at::cat({w16, w_hi}, 1);  // weight (C_out, C_in / groups, ...)
+  });
 }
 
 // convolution_backward(grad_output, input, weight, ...): DEFAULT rounds the three operands;
 // HIGH and HIGHEST run in float32 (documented in numerics.py).
-void convolution_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+void convolution_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin,
+                                 const std::vector<c10::IValue>& device_args) {
   if (!g_numerics.load(std::memory_order_relaxed) || g_precision.load(std::memory_order_relaxed) != 0) {
     return;
   }
   for (int i = 0; i < 3; ++i) {
     c10::IValue& iv = (*stack)[begin + i];
     if (is_f32(iv)) {
-      iv = round_to_bf16(iv.toTensor());
+      const at::Tensor t = iv.toTensor();
+      iv = transformed(device_args[i], kRound, [&] { return round_to_bf16(t); });
     }
   }
 }
@@ -193,7 +321,8 @@ void to_bf16(c10::IValue& iv) {
 }
 
 // _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *, attn_mask, scale)
-void flash_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+void flash_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin,
+                  const std::vector<c10::IValue>& device_args) {
   t_attention_in_bf16 = gap_enabled(Gap::kAttentionPrecision) && is_f32((*stack)[begin]);
   const at::ScalarType dtype = t_attention_in_bf16 ? at::kBFloat16 : (*stack)[begin].toTensor().scalar_type();
   if (t_attention_in_bf16) {
@@ -206,7 +335,8 @@ void flash_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, s
 
 // _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp,
 //     dropout_p, is_causal, *, attn_mask, scale)
-void flash_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin) {
+void flash_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin,
+                           const std::vector<c10::IValue>& device_args) {
   t_attention_in_bf16 = gap_enabled(Gap::kAttentionPrecision) && is_f32((*stack)[begin + 1]);
   const at::ScalarType dtype = t_attention_in_bf16 ? at::kBFloat16 : (*stack)[begin + 1].toTensor().scalar_type();
   if (t_attention_in_bf16) {

@@ -104,9 +104,11 @@ at::Tensor cpu_standin(const at::Tensor& tpu_tensor);
 bool has_real_storage(const at::Tensor& t);
 
 // An op rule runs around the CPU kernel: `before` may rewrite the CPU arguments on the
-// stack, `after` the CPU results (both see CPU tensors only).
+// stack (it also sees the caller's original arguments, device tensors included), `after` the
+// CPU results.
 struct OpRule {
-  void (*before)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
+  void (*before)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
+                 const std::vector<c10::IValue>& device_args) = nullptr;
   void (*after)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
 };
 // Run `op` on CPU aliases of its device tensors (the boxed fallback), with an optional rule.
