@@ -12,24 +12,80 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
+import time
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _die_with_parent() -> None:
+    """In the torchrun child: get SIGTERM if ``hf-tpu launch`` dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _end_group(pgid: int, grace: float = 10.0) -> None:
+    """Stop every process of the launch (torchrun and its ranks): SIGTERM, then SIGKILL after ``grace`` s."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 def _launch(args: argparse.Namespace) -> int:
+    """torchrun in its own process group: signals reach every rank, and no rank outlives the launch."""
     from ._backend import real_tpu_present
 
+    env = dict(os.environ)
     if not real_tpu_present():
-        os.environ.setdefault("HF_TPU_EMULATE", "1")
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-    from torch.distributed import run
+        env.setdefault("HF_TPU_EMULATE", "1")
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}"]
+    proc = subprocess.Popen([*cmd, args.script, *args.script_args], env=env, start_new_session=True,
+                            preexec_fn=_die_with_parent)  # fmt: skip
 
-    argv = ["--standalone", f"--nproc-per-node={args.nproc}", args.script, *args.script_args]
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
     try:
-        run.main(argv)
-    except Exception as err:  # torchrun's ChildFailedError already printed which rank failed and why
-        sys.stderr.write(f"hf-tpu launch: {err}\n")
-        return 1
-    return 0
+        returncode = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _end_group(proc.pid, grace=0.0 if proc.poll() is not None else 10.0)
+    if returncode == 0:
+        return 0
+    if received:
+        name = signal.Signals(received[0]).name
+        sys.stderr.write(f"hf-tpu launch: stopped by {name} (forwarded to torchrun and every rank).\n")
+        return 128 + received[0]
+    if returncode < 0:
+        why = f"was stopped by signal {signal.Signals(-returncode).name}"
+    else:
+        why = f"exited with status {returncode}: a rank failed (torchrun's report above names the rank and its error)"
+    sys.stderr.write(f"hf-tpu launch: {args.script} on {args.nproc} chip(s) {why}.\n")
+    return returncode if returncode > 0 else 128 - returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         return runner.main(args)
     if args.command == "build":
         from . import emulator
+        from .emulator._build import CoreBuildError
 
-        sys.stdout.write(f"hf-tpu: core built in {emulator.build()}\n")
+        try:
+            sys.stdout.write(f"hf-tpu: core built in {emulator.build()}\n")
+        except CoreBuildError as err:
+            sys.stderr.write(f"{err}\n")
+            return 1
         return 0
     import hf_tpu
 

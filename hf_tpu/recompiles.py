@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterator
@@ -187,10 +186,35 @@ def install() -> None:
         log_state.enable_artifact("recompiles")
         register_bytecode_hook(lambda code, new_code: recorder.on_compiled(code, new_code))
         _recorder = recorder
-        if os.environ.get("HF_TPU_STRICT_RECOMPILE", "").strip().lower() in ("1", "true", "yes", "on"):
+        from ._env import flag
+
+        if flag("HF_TPU_STRICT_RECOMPILE"):
             import torch._dynamo.config
+            import torch._dynamo.exc
 
             torch._dynamo.config.error_on_recompile = True
+            # Dynamo raises `exc.RecompileError(message)`: make that ours, with the same explanation as
+            # strict_recompile() gives (still a subclass of Dynamo's, so its own handlers are unchanged).
+            dynamo_error = torch._dynamo.exc.RecompileError
+            if not issubclass(dynamo_error, RecompileError):
+
+                class ExplainedRecompileError(dynamo_error, RecompileError):
+                    def __init__(self, message: str) -> None:
+                        super().__init__(_explained(message))
+
+                torch._dynamo.exc.RecompileError = ExplainedRecompileError
+
+
+def _explained(dynamo_message: str) -> str:
+    """Dynamo's "Recompiling function ..." message, turned into what changed and what to do."""
+    lines = dynamo_message.splitlines()
+    failures = [line.strip()[2:] for line in lines if re.match(r"^\s*- \d+/\d+: ", line)]
+    head = (lines[0] if lines else "").replace("Recompiling function", "recompiling")
+    why = explain_guard_failure(failures[0]) if failures else "unknown guard failure"
+    return (
+        f"hf-tpu strict recompile: {head}: {why}. Keep shapes, dtypes and Python values fixed between calls "
+        "(pad inputs to fixed sizes), or warm up each shape before entering strict mode."
+    )
 
 
 def compile_report() -> CompileReport:
@@ -229,12 +253,8 @@ def strict_recompile() -> Iterator[CompileReport]:
         with watch_compiles() as report:
             yield report
     except torch._dynamo.exc.RecompileError as err:
-        failures = [line.strip()[2:] for line in str(err).splitlines() if re.match(r"^\s*- \d+/\d+: ", line)]
-        head = str(err).splitlines()[0].replace("Recompiling function", "recompiling")
-        why = explain_guard_failure(failures[0]) if failures else "unknown guard failure"
-        raise RecompileError(
-            f"hf-tpu strict recompile: {head}: {why}. Keep shapes, dtypes and Python values fixed between calls "
-            "(pad inputs to fixed sizes), or warm up each shape before entering strict mode."
-        ) from err
+        if isinstance(err, RecompileError):
+            raise
+        raise RecompileError(_explained(str(err))) from err
     finally:
         torch._dynamo.config.error_on_recompile = previous

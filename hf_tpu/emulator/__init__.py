@@ -110,8 +110,18 @@ def enable(
                 stacklevel=2,
             )
             return False
+        import importlib.util
+
         import torch
 
+        if importlib.util.find_spec("torch_tpu") is not None:
+            raise RuntimeError(
+                "hf-tpu: cannot emulate a TPU here: torch-tpu is installed in this environment (with no TPU chip "
+                "attached) and registers the 'tpu' device itself during `import torch`; the two cannot share a "
+                "process. Use the emulator from an environment without torch-tpu (`python -m venv emu && emu/bin/pip "
+                "install hf-tpu`), or run on a TPU VM. (torch-tpu without libtpu also ends `import torch` with "
+                "exit status 1: `pip install libtpu` or uninstall torch-tpu.)"
+            )
         taken = torch._C._get_privateuse1_backend_name()
         if taken != "privateuseone":
             raise RuntimeError(
@@ -122,7 +132,20 @@ def enable(
         gen = get_generation(generation or os.environ.get("HF_TPU_EMULATOR_GENERATION") or DEFAULT_GENERATION)
         hbm = hbm if hbm is not None else os.environ.get("HF_TPU_EMULATOR_HBM")
         capacity = parse_bytes(hbm) if hbm is not None else gen.hbm_bytes
+        if hbm is not None and capacity > _host_ram():
+            warnings.warn(
+                f"hf-tpu: the emulated HBM ({format_bytes(capacity)} per chip, from hbm={hbm!r} / HF_TPU_EMULATOR_HBM) "
+                f"exceeds this host's RAM ({format_bytes(_host_ram())}); allocations past the RAM fail as "
+                "OutOfMemoryError naming the host. Choose an HBM size this machine can hold.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if profile is not None:
+            if profile not in PROFILES:
+                raise ValueError(
+                    f"hf_tpu.emulator.enable(profile={profile!r}): use one of {', '.join(map(repr, PROFILES))} "
+                    "('torch_tpu': TPU numerics and TorchTPU's known gaps, the default; 'ideal': CPU-exact)."
+                )
             os.environ["HF_TPU_EMULATOR_PROFILE"] = profile
         # Every setting is checked before anything is registered: a bad one leaves torch untouched.
         chosen = host_model.profile_from_env()
@@ -143,6 +166,13 @@ def enable(
     return True
 
 
+def _host_ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
 def _announcement(view: Host, capacity: int) -> str:
     chips = f"{view.usable} chip" + ("s" if view.usable > 1 else "")
     if view.rank is not None:
@@ -155,7 +185,8 @@ def _announcement(view: Host, capacity: int) -> str:
     from . import gaps
 
     if view.profile == "torch_tpu":
-        return line + f", profile torch_tpu (TPU numerics, {len(gaps.reproduced())} known TorchTPU gaps)"
+        count = len(gaps.reproduced() - set(gaps.NOT_TORCH_TPU))
+        return line + f", profile torch_tpu (TPU numerics, {count} known TorchTPU gaps)"
     return line + ", profile ideal (CPU-exact, no TorchTPU gaps)"
 
 

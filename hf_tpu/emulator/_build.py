@@ -1,12 +1,23 @@
-"""Build and load the emulator's C++ core, once per torch version.
+"""Build and load the emulator's C++ core, once per environment.
 
-The core is compiled on first use with ``torch.utils.cpp_extension`` (ninja) and cached
-under the user cache dir, keyed by the torch and Python versions, so a torch upgrade
-rebuilds it and an edit of the sources rebuilds only the changed files.
+The core is compiled on first use with ``torch.utils.cpp_extension`` (ninja) and cached under
+``$HF_TPU_CACHE/emulator/`` (default ``~/.cache/hf-tpu``), in a directory keyed by the torch version,
+the Python version and the environment itself (its prefix and torch's location), so two virtualenvs never
+share, or rebuild, each other's core. A build records the library's size and hash and the sources it
+came from (``core.json``); a later process checks them and loads the library directly, without
+cpp_extension or a compiler. A library that fails the check (truncated, corrupt) is rebuilt.
+
+Builds take an exclusive ``flock`` on ``build.lock``: the kernel releases it when the builder dies, so
+a killed build never blocks the next one (it also clears the baton file cpp_extension leaves behind).
+A process waiting for another's build says so and gives up after ``HF_TPU_BUILD_TIMEOUT`` seconds.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -25,18 +36,37 @@ _SOURCES = (
     "numerics.cpp",
     "bindings.cpp",
 )
+_CFLAGS = ("-O2", "-fvisibility=hidden")
+_MANIFEST = "core.json"
+_LOCK = "build.lock"
+_DEFAULT_BUILD_TIMEOUT = 1800.0
 _module: ModuleType | None = None
 
 
-def cache_dir() -> Path:
-    """Where the compiled core lives: ``$HF_TPU_CACHE`` or ``~/.cache/hf-tpu``, per torch version."""
-    import torch
+class CoreBuildError(RuntimeError):
+    """The emulator's core could not be built or loaded; the message says why and what to do."""
 
+
+def cache_root() -> Path:
+    """``$HF_TPU_CACHE``, else ``$XDG_CACHE_HOME/hf-tpu``, else ``~/.cache/hf-tpu``."""
     root = os.environ.get("HF_TPU_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hf-tpu"
     )
-    tag = f"torch-{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}"
-    return Path(root) / "emulator" / tag
+    return Path(root)
+
+
+def environment_key() -> str:
+    """torch and Python versions plus a hash of this environment (its prefix and torch's location)."""
+    import torch
+
+    where = f"{os.path.realpath(sys.prefix)}\n{os.path.realpath(os.path.dirname(torch.__file__))}"
+    digest = hashlib.sha256(where.encode()).hexdigest()[:12]
+    return f"torch-{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}-{digest}"
+
+
+def cache_dir() -> Path:
+    """Where this environment's compiled core lives."""
+    return cache_root() / "emulator" / environment_key()
 
 
 def _extension_name() -> str:
@@ -46,10 +76,52 @@ def _extension_name() -> str:
     return f"hf_tpu_emulator_core_{version}"
 
 
+def _sources_digest() -> str:
+    import torch
+
+    h = hashlib.sha256(f"{torch.__version__}\n{' '.join(_CFLAGS)}\n".encode())
+    for name in (*_SOURCES, "tpu_core.h"):
+        h.update(name.encode())
+        h.update((_CSRC / name).read_bytes())
+    return h.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+
+
+def _library(build_dir: Path) -> Path:
+    return build_dir / f"{_extension_name()}.so"
+
+
+def _verified(build_dir: Path) -> tuple[bool, str]:
+    """Whether the cached library is the one the manifest describes, built from these sources."""
+    manifest, library = build_dir / _MANIFEST, _library(build_dir)
+    if not library.exists():
+        return False, "no library"
+    try:
+        recorded = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return False, "no manifest"
+    if recorded.get("sources") != _sources_digest():
+        return False, "sources changed"
+    if library.stat().st_size != recorded.get("size") or _file_digest(library) != recorded.get("digest"):
+        return False, f"{library} does not match its recorded size and hash (truncated or corrupt)"
+    return True, ""
+
+
+def _import(library: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(_extension_name(), library)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _check_compiler() -> None:
     cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
     if shutil.which(cxx.split()[0]) is None and shutil.which("c++") is None:
-        raise RuntimeError(
+        raise CoreBuildError(
             "hf-tpu: the emulated TPU needs a C++ compiler to build its core once, and none was found "
             f"(looked for {cxx!r} and 'c++'). Install one (Debian/Ubuntu: `apt-get install g++`; "
             "macOS: `xcode-select --install`) or set CXX to its path."
@@ -58,33 +130,118 @@ def _check_compiler() -> None:
         try:
             import ninja  # noqa: F401  (the PyPI package puts the binary on PATH via its bin dir)
         except ImportError as err:
-            raise RuntimeError("hf-tpu: building the emulated TPU core needs ninja: `pip install ninja`.") from err
+            raise CoreBuildError("hf-tpu: building the emulated TPU core needs ninja: `pip install ninja`.") from err
+
+
+def _build_timeout() -> float:
+    from .._env import EnvError, seconds
+
+    try:
+        return seconds("HF_TPU_BUILD_TIMEOUT", _DEFAULT_BUILD_TIMEOUT)
+    except EnvError as err:
+        raise CoreBuildError(str(err)) from None
+
+
+class _BuildLock:
+    """An exclusive flock on ``build.lock`` (released by the kernel if its holder dies)."""
+
+    def __init__(self, build_dir: Path) -> None:
+        self.path = build_dir / _LOCK
+        self.fd = -1
+
+    def __enter__(self) -> _BuildLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline, announced = time.monotonic() + _build_timeout(), False
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(self.fd)
+                    raise CoreBuildError(
+                        f"hf-tpu: another process ({self._holder()}) has been building the emulated TPU core for "
+                        f"over {_build_timeout():.0f} s (lock {self.path}). Wait for it, stop it, or raise "
+                        "HF_TPU_BUILD_TIMEOUT."
+                    ) from None
+                if not announced:
+                    sys.stderr.write(
+                        f"hf-tpu: waiting for another process ({self._holder()}) to build the emulated TPU core "
+                        f"(lock {self.path}, timeout {_build_timeout():.0f} s)...\n"
+                    )
+                    announced = True
+                time.sleep(0.2)
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"pid {os.getpid()}\n".encode())
+        return self
+
+    def _holder(self) -> str:
+        try:
+            return self.path.read_text().strip() or "pid unknown"
+        except OSError:
+            return "pid unknown"
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing the descriptor releases the lock
+
+
+def _prepare(build_dir: Path) -> None:
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        probe = build_dir / f".writable-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise CoreBuildError(
+            f"hf-tpu: cannot use {build_dir} for the emulated TPU core ({type(err).__name__}: {err}). Point "
+            "HF_TPU_CACHE at a writable directory."
+        ) from err
+
+
+def _build(build_dir: Path, verbose: bool) -> ModuleType:
+    _check_compiler()
+    from torch.utils import cpp_extension
+
+    with _BuildLock(build_dir):
+        ok, why = _verified(build_dir)  # another process may have built it while we waited
+        if ok:
+            return _import(_library(build_dir))
+        baton = build_dir / "lock"  # cpp_extension's own baton: whoever left it died (we hold the flock)
+        baton.unlink(missing_ok=True)
+        if why not in ("no library", "sources changed", "no manifest"):
+            sys.stderr.write(f"hf-tpu: {why}; rebuilding it.\n")
+        _library(build_dir).unlink(missing_ok=True)  # so ninja relinks rather than trusting a bad file
+        sys.stderr.write("hf-tpu: building the emulated TPU core for this environment (once, about a minute)...\n")
+        start = time.perf_counter()
+        module = cpp_extension.load(
+            name=_extension_name(),
+            sources=[str(_CSRC / s) for s in _SOURCES],
+            extra_cflags=list(_CFLAGS),
+            build_directory=str(build_dir),
+            verbose=verbose,
+        )
+        library = _library(build_dir)
+        record = {"sources": _sources_digest(), "size": library.stat().st_size, "digest": _file_digest(library)}
+        tmp = build_dir / f"{_MANIFEST}.{os.getpid()}"
+        tmp.write_text(json.dumps(record))
+        tmp.replace(build_dir / _MANIFEST)
+        sys.stderr.write(f"hf-tpu: built in {time.perf_counter() - start:.0f} s ({build_dir})\n")
+        return module
 
 
 def load(verbose: bool = False) -> ModuleType:
-    """Return the compiled core, building it first if this torch version has no build yet."""
+    """Return the compiled core: the verified cached library, else a fresh build."""
     global _module
     if _module is not None:
         return _module
-    from torch.utils import cpp_extension
-
-    _check_compiler()
     build_dir = cache_dir()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    name = _extension_name()
-    fresh = not any(build_dir.glob(f"{name}*.so"))
-    if fresh:
-        sys.stderr.write(
-            "hf-tpu: building the emulated TPU core for this torch version (first use only, about a minute)..." + "\n"
-        )
-    start = time.perf_counter()
-    _module = cpp_extension.load(
-        name=name,
-        sources=[str(_CSRC / s) for s in _SOURCES],
-        extra_cflags=["-O2", "-fvisibility=hidden"],
-        build_directory=str(build_dir),
-        verbose=verbose,
-    )
-    if fresh:
-        sys.stderr.write(f"hf-tpu: built in {time.perf_counter() - start:.0f} s ({build_dir})" + "\n")
+    if _verified(build_dir)[0]:
+        try:
+            _module = _import(_library(build_dir))
+            return _module
+        except ImportError as err:  # e.g. torch reinstalled in place with another ABI: rebuild
+            sys.stderr.write(f"hf-tpu: the cached core {_library(build_dir)} does not load ({err}); rebuilding it.\n")
+            (build_dir / _MANIFEST).unlink(missing_ok=True)
+    _prepare(build_dir)
+    _module = _build(build_dir, verbose)
     return _module

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import sys
 
 import torch
@@ -15,6 +16,8 @@ from .host_model import Host
 def install(generation: Generation, capacity: int, host: Host) -> None:
     core = _build.load()
     core.register_kernels()
+    # Memory that Python owns, dropped by threads without the GIL, is freed here at the latest.
+    atexit.register(core.release_deferred_storages)
     core.set_capacity(capacity)
     core.set_device_counts(host.usable, host.reported)
     core.set_device_locks(host.lock_paths(), host.labels())

@@ -13,7 +13,6 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import functools
-import os
 import shutil
 import threading
 import time
@@ -67,7 +66,9 @@ def clear_cache() -> None:
 
 
 def _cxx_available() -> bool:
-    if os.environ.get("HF_TPU_COMPILE_FALLBACK") == "aot_eager":
+    from .._env import choice
+
+    if choice("HF_TPU_COMPILE_FALLBACK", ("aot_eager",)) == "aot_eager":
         return False
     return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
@@ -199,6 +200,41 @@ def _to_device(
     return view.set_(base.untyped_storage(), out.storage_offset(), out.size(), out.stride())
 
 
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "async_compile": (bool,),
+    "num_dynamic_buckets": (int,),
+    "bucket_size": (int,),
+    "serializable": (bool,),
+    "custom_module_name": (str,),
+    "name": (str,),
+}
+
+
+def _check_option_types(options: dict[str, Any]) -> None:
+    """A value of the wrong type (``"maybe"`` for a flag) is an error, not a silent truthy."""
+    for key, value in options.items():
+        if key == "debug_callback":
+            if value is not None and not callable(value):
+                raise TypeError(f"options['debug_callback']={value!r} must be a callable (or None).")
+            continue
+        types = _OPTION_TYPES.get(key)
+        if types and (not isinstance(value, types) or (types == (int,) and isinstance(value, bool))):
+            raise TypeError(
+                f"options[{key!r}]={value!r} for the 'tpu' backend must be a {types[0].__name__}, "
+                f"e.g. options={{{key!r}: {_OPTION_EXAMPLES[key]!r}}}."
+            )
+
+
+_OPTION_EXAMPLES = {
+    "async_compile": False,
+    "num_dynamic_buckets": 2,
+    "bucket_size": 64,
+    "serializable": True,
+    "custom_module_name": "decoder",
+    "name": "decoder",
+}
+
+
 class TpuBackend:
     """The ``"tpu"`` Dynamo backend. Accepts only ``options=``, refuses ``dynamic=True``, as TorchTPU's."""
 
@@ -218,6 +254,7 @@ class TpuBackend:
             raise TypeError(
                 f"Unknown options {sorted(unknown)} for the 'tpu' backend; allowed: {sorted(ALLOWED_OPTIONS)}."
             )
+        _check_option_types(options)
         buckets = options.get("num_dynamic_buckets", 1)
         if not isinstance(buckets, int) or not 1 <= buckets <= 8:
             raise ValueError(f"options['num_dynamic_buckets']={buckets!r} must be an int between 1 and 8.")

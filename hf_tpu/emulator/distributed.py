@@ -163,7 +163,9 @@ def join_timeout() -> datetime.timedelta:
     Separate from the collectives' timeout, which callers set long on purpose (transformers uses 2 h because
     sharded loading skews ranks): a rank that never starts must not hold the others for hours.
     """
-    return datetime.timedelta(seconds=float(os.environ.get("HF_TPU_JOIN_TIMEOUT", "300")))
+    from .._env import seconds
+
+    return datetime.timedelta(seconds=seconds("HF_TPU_JOIN_TIMEOUT", 300.0))
 
 
 def _join(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> None:

@@ -34,8 +34,11 @@ CORE_GAPS = (
 )
 PYTHON_GAPS = ("avg_pool1d_gradient", "device_index", "visible_devices")
 # Present on every profile: Inductor cannot compile for the device (TorchTPU refuses it by design),
-# and safetensors' own device parsing is not the backend's.
-INHERENT_GAPS = ("compile_inductor", "safetensors_device")
+# safetensors' own device parsing is not the backend's, torch's autograd engine is torch's, and the
+# autocast dtype list is the device module's answer (TorchTPU's).
+INHERENT_GAPS = ("compile_inductor", "safetensors_device", "autograd_exit_abort", "autocast_integer_dtype")
+# Of those, the ones that are not TorchTPU's own (safetensors', torch's), left out of the announced count.
+NOT_TORCH_TPU = ("safetensors_device", "autograd_exit_abort")
 
 _reproduced: frozenset[str] = frozenset()
 _library: Any = None

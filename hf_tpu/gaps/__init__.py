@@ -155,6 +155,26 @@ GAPS: tuple[Gap, ...] = (
         "record_stream_noop",
     ),
     Gap(
+        "autocast_integer_dtype",
+        "torch.autocast('tpu', dtype=torch.int8) (or any integer/bool dtype) is accepted, and float32 matmuls "
+        "inside it come back as int8",
+        "0.2.0 [wheel: get_amp_supported_dtype() lists 20 dtypes, int8/16/32/64, uint8..64 and bool among them; "
+        "torch's autocast only checks membership]",
+        "the device module answers the same list, on every profile",
+        "autocast_floating_dtypes_only",
+    ),
+    Gap(
+        "autograd_exit_abort",
+        "a process that ran a backward on the device aborts as it exits (std::terminate, exit status 134) in about "
+        "half the runs: every training script's exit status is a coin toss",
+        "torch 2.13 [reading: torch/autograd/graph.py stashes a contextvars.Context in autograd's thread-local "
+        "state; a device worker thread that drops the last GraphTask during finalization takes the GIL and is "
+        "ended by pthread_exit inside a noexcept destructor; seen on the emulated TPU in 10 of 20 runs]",
+        "nothing to emulate: it is torch's own engine, on every profile",
+        "autograd_drained_at_exit",
+        component="torch",
+    ),
+    Gap(
         "safetensors_device",
         "safetensors' load_file(..., device='tpu') / safe_open(device='tpu') raise 'device tpu is invalid' "
         "(diffusers' disk offloading)",

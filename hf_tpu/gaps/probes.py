@@ -150,6 +150,31 @@ if child.returncode != 0:
 x = torch.ones(4, device=DEVICE)
 x.record_stream(torch.accelerator.current_stream())
 """,
+    "autocast_integer_dtype": """
+try:
+    with torch.autocast(DEVICE, dtype=torch.int8):
+        product = torch.ones(2, 2, device=DEVICE) @ torch.ones(2, 2, device=DEVICE)
+except (ValueError, RuntimeError) as err:  # refused, naming the dtype: no gap
+    print(f"refused: {err}")
+else:  # torch itself disables autocast (with a warning) for a dtype the backend does not list
+    if product.dtype != torch.float32:
+        raise RuntimeError(f"torch.autocast accepted dtype=torch.int8; a float32 matmul came back as {product.dtype}")
+""",
+    "autograd_exit_abort": """
+# The abort is a race between the main thread's exit and autograd's device worker: on one core it shows in
+# about 3 of 4 runs (on many cores, in fewer), so each child is pinned to one CPU.
+child = (
+    "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); import torch; "
+    "x = torch.ones(8, device='tpu', requires_grad=True); (x * 2).sum().backward()"
+)
+for attempt in range(12):
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"run {attempt + 1}: a process that ran a backward exited with {proc.returncode} "
+            f"(-6 or 134: aborted): {proc.stderr.strip()[-200:]}"
+        )
+""",
     "safetensors_device": """
 from safetensors.torch import load_file, save_file
 

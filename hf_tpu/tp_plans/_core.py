@@ -213,6 +213,11 @@ def validate_plan(
     a head count does not divide by ``tp_size``, or (with ``replicated_ok``) a matrix is neither sharded nor
     under one of the ``replicated_ok`` prefixes.
     """
+    if not isinstance(tp_size, int) or isinstance(tp_size, bool) or tp_size < 1:
+        raise ValueError(
+            f"validate_plan: tp_size={tp_size!r} must be a positive int, the number of chips the model is sharded "
+            "over (e.g. torch.accelerator.device_count() or WORLD_SIZE)."
+        )
     plan = {k: v for k, v in plan.items()}
     names = {k for n, _ in (*model.named_modules(), *model.named_parameters()) for k in _keys(n)}
     errors: list[str] = []

@@ -31,6 +31,17 @@ def pad_to_bucket(
     """
     if input_ids.dim() != 2:
         raise ValueError(f"pad_to_bucket: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}.")
+    buckets = tuple(buckets)
+    if not buckets or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in buckets):
+        raise ValueError(
+            f"pad_to_bucket: buckets={buckets!r} must be one or more positive ints (prompt lengths), e.g. "
+            "buckets=(64, 128, 256)."
+        )
+    if attention_mask is not None and attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"pad_to_bucket: attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
+            f"{tuple(input_ids.shape)}; pass the mask that came with these ids (the tokenizer returns both)."
+        )
     length = input_ids.shape[1]
     fitting = sorted(b for b in buckets if b >= length)
     if not fitting:

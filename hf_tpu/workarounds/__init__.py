@@ -22,6 +22,8 @@ def _fix(name: str, gap: str, target: str, module: ModuleType, *, trigger: str |
 def _table() -> tuple[Fix, ...]:
     from . import (
         attention,
+        autocast_dtype,
+        autograd_exit,
         avg_pool1d,
         boolean_mask,
         cholesky,
@@ -74,6 +76,15 @@ def _table() -> tuple[Fix, ...]:
         _fix("visible_devices_warning", "visible_devices", "a warning at set-up", visible_devices),
         _fix("device_sharing_names_the_holder", "device_sharing", "a warning at set-up (real TPU)", device_sharing),
         _fix("record_stream_noop", "record_stream", "aten::record_stream (tpu kernel)", record_stream),
+        _fix(
+            "autocast_floating_dtypes_only", "autocast_integer_dtype", "torch.autocast (device 'tpu')", autocast_dtype
+        ),
+        _fix(
+            "autograd_drained_at_exit",
+            "autograd_exit_abort",
+            "torch.autograd's backward entry point, and an atexit hook",
+            autograd_exit,
+        ),
         _fix(
             "safetensors_load_to_tpu",
             "safetensors_device",

@@ -46,6 +46,7 @@ std::string format_bytes(int64_t n) {
 class TpuAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
+    release_deferred_storages();
     const c10::DeviceIndex index = current_device();
     const c10::Device device(kTpu, index);
     if (nbytes == 0) {
@@ -55,9 +56,13 @@ class TpuAllocator final : public c10::DeviceAllocator {
     void* ptr = nullptr;
     try {
       ptr = c10::alloc_cpu(nbytes);
-    } catch (...) {
+    } catch (const c10::Error& err) {
       release(index, nbytes);
-      throw;
+      // The emulated HBM fits, the host's RAM does not: still an out-of-memory error, naming the host.
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "TPU out of memory on tpu:", static_cast<int>(index),
+                       " (emulated): the host could not provide ", nbytes,
+                       " bytes of RAM for it (the emulated HBM is host memory). Lower HF_TPU_EMULATOR_HBM to what "
+                       "this machine's RAM can hold, or use smaller batches. (", err.what_without_backtrace(), ")");
     }
     auto* ctx = new OwnedBlock{ptr, nbytes, index};
     return {ptr, ctx, &delete_owned, device};
@@ -159,7 +164,36 @@ class TpuAllocator final : public c10::DeviceAllocator {
     if (block->nbytes > 0) {
       instance().release(block->device, block->nbytes);
     }
+    if (block->storage.use_count() == 1 && !frees_without_python(block->storage) && !on_main_thread()) {
+      defer(std::move(block->storage));  // e.g. a DLPack capsule's memory, dropped by autograd's worker
+    }
     delete block;
+  }
+  // Memory from torch's CPU allocators is freed without Python; anything else (DLPack, NumPy
+  // buffers) may take the GIL in its deleter.
+  static bool frees_without_python(const c10::Storage& storage) {
+    const c10::DeleterFnPtr deleter = storage.data_ptr().get_deleter();
+    return deleter == nullptr || deleter == c10::GetDefaultCPUAllocator()->raw_deleter() ||
+           deleter == c10::GetCPUAllocator()->raw_deleter();
+  }
+  static void defer(c10::Storage storage) {
+    std::lock_guard<std::mutex> lock(deferred_mutex());
+    deferred().push_back(std::move(storage));
+    has_deferred().store(true, std::memory_order_release);
+  }
+
+ public:
+  static std::mutex& deferred_mutex() {
+    static auto* m = new std::mutex();  // leaked: may be used while statics are destroyed
+    return *m;
+  }
+  static std::vector<c10::Storage>& deferred() {
+    static auto* v = new std::vector<c10::Storage>();  // leaked: never freed without the GIL
+    return *v;
+  }
+  static std::atomic<bool>& has_deferred() {
+    static std::atomic<bool> flag{false};
+    return flag;
   }
 
  public:
@@ -276,6 +310,19 @@ int64_t capacity() {
 int64_t take_largest_allocation() {
   return TpuAllocator::instance().take_largest_allocation();
 }
+void release_deferred_storages() {
+  if (!TpuAllocator::has_deferred().load(std::memory_order_acquire) || !on_main_thread()) {
+    return;
+  }
+  std::vector<c10::Storage> storages;
+  {
+    std::lock_guard<std::mutex> lock(TpuAllocator::deferred_mutex());
+    storages.swap(TpuAllocator::deferred());
+    TpuAllocator::has_deferred().store(false, std::memory_order_release);
+  }
+  // Freed here, outside the lock, on the main thread (their deleters may take the GIL).
+}
+
 c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage, c10::DeviceIndex device) {
   return TpuAllocator::instance().adopt(cpu_storage, device);
 }

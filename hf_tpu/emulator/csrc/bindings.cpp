@@ -7,6 +7,7 @@
 
 #include <array>
 #include <mutex>
+#include <thread>
 
 namespace hf_tpu {
 
@@ -22,6 +23,22 @@ py::object* g_tracker = nullptr;  // leaked on purpose: must not be destroyed af
 
 }  // namespace
 
+namespace {
+const std::thread::id g_main_thread = std::this_thread::get_id();  // the thread that imported the core
+}  // namespace
+
+bool on_main_thread() {
+  return std::this_thread::get_id() == g_main_thread;
+}
+
+static bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 Counter& counter(Event e) {
   return g_counters[static_cast<int>(e)];
 }
@@ -36,6 +53,14 @@ void record_event(Event e, int64_t nbytes, const char* what) {
     s.bytes.fetch_add(nbytes, std::memory_order_relaxed);
   }
   if (!g_tracking.load(std::memory_order_acquire)) {
+    return;
+  }
+  // Only a thread that already holds the GIL reports to the tracker: it has the user's frame, and
+  // other threads (autograd's device workers) would have to take the GIL, which ends the thread
+  // with std::terminate if the interpreter is finalizing meanwhile. Their events are counted above.
+  // Once the interpreter finalizes, a thread that takes the GIL is ended inside this (noexcept) path,
+  // which aborts the process: events are then only counted.
+  if (Py_IsInitialized() == 0 || python_finalizing()) {
     return;
   }
   py::gil_scoped_acquire gil;
@@ -89,6 +114,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return out;
   });
+  m.def("release_deferred_storages", &release_deferred_storages,
+        "Free the storages other threads left for the main thread (their deleters may need the GIL).");
   m.def("set_tracker", [](py::object fn) {
     std::lock_guard<std::mutex> lock(g_tracker_mutex);
     if (fn.is_none()) {

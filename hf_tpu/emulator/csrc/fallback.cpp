@@ -163,6 +163,7 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
   bool saw_tpu = false;
   bool saw_tpu_device_arg = false;
   bool saw_tpu_generator = false;
+  bool saw_cpu_generator = false;
   const std::string* cpu_arg = nullptr;
 
   auto convert = [&](const at::Tensor& t, const c10::Argument& arg, bool allow_cpu) -> at::Tensor {
@@ -214,6 +215,8 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
       if (is_tpu_generator(gen)) {
         saw_tpu_generator = true;
         iv = cpu_generator_of(gen);
+      } else if (gen.defined() && gen.device().type() == c10::DeviceType::CPU) {
+        saw_cpu_generator = true;
       }
     } else if (iv.isNone() && is_optional_generator(arg)) {
       // Draw from the device's default generator, not the CPU's.
@@ -225,6 +228,10 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
     TORCH_CHECK(!saw_tpu_generator, "Expected a 'cpu' device type for generator but found 'tpu' (in ",
                 schema.name(), "): a tpu Generator can only draw into tpu tensors.");
   }
+  // As CUDA: a CPU generator cannot draw numbers for the device.
+  TORCH_CHECK(!(saw_cpu_generator && (saw_tpu || saw_tpu_device_arg)),
+              "Expected a 'tpu' device type for generator but found 'cpu' (in ", schema.name(),
+              "): create it with torch.Generator(device='tpu').");
   if (saw_tpu && cpu_arg != nullptr) {
     mixed_device_error(op, *cpu_arg, device, "cpu");
   }

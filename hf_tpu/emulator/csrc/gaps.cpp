@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <unordered_set>
 
 namespace hf_tpu {
 namespace {
@@ -146,19 +147,14 @@ void gap_abort(Gap gap, const std::string& what) {
 
 void check_gaps_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) {
   const std::string& name = base_name(op);
-  const size_t num_args = op.schema().arguments().size();
-  switch (name.size() > 6 ? name[6] : '\0') {  // a cheap first filter on the letter after "aten::"
-    case 'l':
-    case 'c':
-    case '_':
-    case 'u':
-    case 'i':
-    case 'm':
-    case 'r':
-      break;
-    default:
-      return;
+  static const std::unordered_set<std::string> kGapOps = {
+      "aten::linalg_cholesky_ex", "aten::cholesky", "aten::cholesky_inverse", "aten::_ctc_loss",
+      "aten::_ctc_loss_backward", "aten::upsample_linear1d", "aten::index", "aten::record_stream",
+      "aten::multinomial"};
+  if (kGapOps.count(name) == 0) {
+    return;
   }
+  const size_t num_args = op.schema().arguments().size();
   if (gap_enabled(Gap::kCholesky) &&
       (name == "aten::linalg_cholesky_ex" || name == "aten::cholesky" || name == "aten::cholesky_inverse")) {
     not_implemented(op);

@@ -263,7 +263,9 @@ void convolution_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* st
   const int64_t c = x.size(1) / groups;
   const at::Tensor x_lo = high_pass(x_hi, x);
   ix = at::cat({x_hi.unflatten(1, {groups, c}), x_lo.unflatten(1, {groups, c})}, 2).flatten(1, 2);
-  iw = transformed(device_args[1], kHighConvWeight + (transposed ? 1000 * groups : 0), [&] {
+  // The weight's transform depends on its layout and grouping, so both are part of the cache kind.
+  const int kind = kHighConvWeight + 16 * (static_cast<int>(groups) * 2 + (transposed ? 1 : 0));
+  iw = transformed(device_args[1], kind, [&] {
     const at::Tensor w_hi = round_to_bf16(w);
     const at::Tensor w16 = w_hi + high_pass(w_hi, w);
     if (transposed) {  // weight (C_in, C_out / groups, ...): contracting over dim 0

@@ -42,34 +42,44 @@ struct TpuGeneratorImpl final : public c10::GeneratorImpl {
       : c10::GeneratorImpl(c10::Device(kTpu, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
         cpu_(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val)) {}
 
+  // Python's manual_seed/get_state lock this wrapper's mutex, CPU kernels lock the wrapped
+  // generator's (the fallback hands them `cpu_`): every access here takes the latter too.
   void set_current_seed(uint64_t seed) override {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     cpu_.set_current_seed(seed);
   }
   void set_offset(uint64_t offset) override {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     cpu_.set_offset(offset);
   }
   uint64_t get_offset() const override {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     return cpu_.get_offset();
   }
   uint64_t current_seed() const override {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     return cpu_.current_seed();
   }
   uint64_t seed() override {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     return cpu_.seed();
   }
   void set_state(const c10::TensorImpl& new_state) override {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     cpu_.unsafeGetGeneratorImpl()->set_state(new_state);
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     return cpu_.unsafeGetGeneratorImpl()->get_state();
   }
   TpuGeneratorImpl* clone_impl() const override {
     auto* copy = new TpuGeneratorImpl(device_.index());
+    std::lock_guard<std::mutex> lock(cpu_.mutex());
     copy->cpu_ = cpu_.clone();
     return copy;
   }
 
-  at::Generator cpu_;
+  mutable at::Generator cpu_;  // mutable: locking its mutex is not a change of state
 };
 
 // ---- guard -----------------------------------------------------------------
@@ -214,8 +224,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 
 struct RegisterHooks {
   RegisterHooks() {
-    static TpuHooks hooks;
-    at::RegisterPrivateUse1HooksInterface(&hooks);
+    // Leaked on purpose: torch may still call the hooks while static objects are destroyed at exit.
+    at::RegisterPrivateUse1HooksInterface(new TpuHooks());
   }
 } g_register_hooks;
 

@@ -134,4 +134,12 @@ Counter& counter(Event e);
 // Called on each event; forwards to the Python tracker when one is active.
 void record_event(Event e, int64_t nbytes, const char* what);
 
+// Whether this is the thread that imported the core (Python's main thread): the one thread the
+// interpreter's finalization never ends. Any other thread that takes the GIL while it finalizes is
+// ended inside a noexcept destructor, which aborts the process.
+bool on_main_thread();
+// Storages whose memory Python may own (DLPack, NumPy), freed on another thread (autograd's device
+// workers), wait here for the main thread: its next allocation, or exit.
+void release_deferred_storages();
+
 }  // namespace hf_tpu

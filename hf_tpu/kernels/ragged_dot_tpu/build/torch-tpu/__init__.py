@@ -67,6 +67,7 @@ def _probe() -> dict[str, Any]:
 _ENV = _probe()
 # Force a ragged-dot implementation (e.g. "xla" on the emulator to run what tokamax's XLA path runs).
 IMPLEMENTATION: str | None = os.environ.get("HF_TPU_RAGGED_DOT_IMPLEMENTATION") or None
+IMPLEMENTATIONS = ("mosaic_tpu_v2", "mosaic", "xla", "lax", "grouped")
 _OPS: dict[str, Any] = {}  # the jax_ops, registered on first use
 
 
@@ -76,6 +77,11 @@ def choose_implementation(
     """The ragged-dot implementation for ``[m, k] x [G, k, n]``: a tokamax name, ``"lax"`` (``jax.lax``, what
     tokamax's ``"xla"`` runs, when tokamax is absent) or ``"grouped"`` (a per-group loop in plain XLA)."""
     if forced:
+        if forced not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"HF_TPU_RAGGED_DOT_IMPLEMENTATION={forced!r} (or IMPLEMENTATION) is not one of "
+                f"{', '.join(IMPLEMENTATIONS)}; unset it to let the kernel choose."
+            )
         return "lax" if forced == "xla" and tokamax_version is None else forced
     if emulated:  # Pallas TPU kernels cannot run on a CPU host, and XLA:CPU's ragged_dot is dense over groups
         return "grouped"
