@@ -13,7 +13,22 @@ import textwrap
 
 import pytest
 
-import hf_tpu.emulator
+# The suite runs on the default emulated TPU (one v6e chip, faithful profile, workarounds on) whatever the
+# user's shell sets: these would change the answers the tests check. Removed before torch is imported,
+# since `import torch` sets the device up from them.
+for _name in [k for k in os.environ if k.startswith("HF_TPU_EMULATOR_")] + [
+    "HF_TPU_WORKAROUNDS",
+    "HF_TPU_STRICT_RECOMPILE",
+    "HF_TPU_COMPILE_FALLBACK",
+    "HF_TPU_GAPS_FILE",
+    "HF_TPU_JOIN_TIMEOUT",
+    "HF_TPU_RAGGED_DOT_IMPLEMENTATION",
+    "TPU_VISIBLE_DEVICES",
+    "TPU_VISIBLE_CHIPS",
+]:
+    os.environ.pop(_name, None)
+
+import hf_tpu.emulator  # noqa: E402
 
 hf_tpu.emulator.enable(quiet=True)
 # This process holds its emulated chip once it uses it. Processes the tests start (hf-tpu launch, examples,
@@ -42,6 +57,23 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
         text=True,
         timeout=timeout,
     )
+
+
+def wait_for_device_memory(baseline: int, timeout: float = 10.0) -> int:
+    """Device bytes above ``baseline`` once transformers' loader threads are done (they may finish a copy or
+    two after an error reaches the caller, G4); polls up to ``timeout`` seconds, then returns what is left."""
+    import gc
+    import time
+
+    import torch
+
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        left = torch.accelerator.memory_allocated() - baseline
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 @pytest.fixture

@@ -220,10 +220,7 @@ class TpuModule(types.ModuleType):
         self.__all__ = list(PUBLIC_NAMES) + list(SUBMODULES)
         self.EagerMode = EagerMode
         self.Precision = Precision
-        self.TpuStream = TpuStream
-        self.TpuEvent = TpuEvent
         self.device = device
-        self.PUBLIC_NAMES = PUBLIC_NAMES
 
     def __dir__(self) -> list[str]:
         return list(self.__all__)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import diffusers  # noqa: F401  (a hard dependency: imported, never skipped)
 import pytest
 
-pytest.importorskip("diffusers")
-
-from tests.diffusers.pipelines import BUILDERS  # noqa: E402
+from tests.diffusers.pipelines import BUILDERS
 
 
 @pytest.fixture(scope="session")

@@ -89,6 +89,17 @@ def test_device_proxy_goes_through_torch_accelerator():
         torch.tpu.synchronize()  # user code calling torch.tpu directly still gets TorchTPU's error
 
 
+def _linear_devices(pipe) -> set[str]:
+    """Forward hooks on every Linear of the pipeline's models: the device each one computed on."""
+    seen: set[str] = set()
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            for module in component.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.register_forward_hook(lambda m, args, out: seen.add(out.device.type))
+    return seen
+
+
 @pytest.mark.parametrize(
     "offload",
     ["model_cpu_offload", "sequential_cpu_offload", "group_offload", "group_offload_stream", "group_offload_leaf"],
@@ -96,7 +107,9 @@ def test_device_proxy_goes_through_torch_accelerator():
 def test_offloading_runs_and_returns_every_byte(pipeline_dir, sd3_reference, offload):
     gc.collect()
     baseline = torch_memory_allocated()
+    torch.accelerator.reset_peak_memory_stats()
     pipe = load("sd3", pipeline_dir("sd3"))
+    computed_on = _linear_devices(pipe)
     if offload == "model_cpu_offload":
         pipe.enable_model_cpu_offload(device="tpu")
     elif offload == "sequential_cpu_offload":
@@ -110,13 +123,19 @@ def test_offloading_runs_and_returns_every_byte(pipeline_dir, sd3_reference, off
             use_stream=offload.endswith("stream"),
         )
     np.testing.assert_allclose(images(pipe, "sd3"), sd3_reference, rtol=0, atol=ATOL)
+    # Not a no-op: every layer computed on the chip (a pipeline left on the host would pass the image check),
+    # and the weights did pass through device memory.
+    assert computed_on == {"tpu"}, computed_on
+    assert torch.accelerator.max_memory_allocated() > baseline
     del pipe
     gc.collect()
     assert torch_memory_allocated() == baseline
 
 
-def test_generators_reproduce_images(pipeline_dir):
+def test_generators_reproduce_images(pipeline_dir, sd3_reference):
     pipe = load("sd3", pipeline_dir("sd3")).to("tpu")
+    # A CPU generator draws the same latents on any device: the image equals the CPU pipeline's.
+    np.testing.assert_allclose(images(pipe, "sd3", torch.Generator("cpu").manual_seed(0)), sd3_reference, atol=ATOL)
     on_chip = [images(pipe, "sd3", torch.Generator("tpu").manual_seed(7)) for _ in range(2)]
     on_cpu = [images(pipe, "sd3", torch.Generator("cpu").manual_seed(7)) for _ in range(2)]
     np.testing.assert_array_equal(on_chip[0], on_chip[1])
@@ -127,7 +146,7 @@ def test_generators_reproduce_images(pipeline_dir):
 
 @pytest.mark.parametrize("name", ["sd3", "flux"])
 def test_bf16_pipeline_end_to_end(pipeline_dir, name):
-    fp32 = images(load(name, pipeline_dir(name)).to("tpu"), name)
+    fp32 = images(load(name, pipeline_dir(name)), name)  # the CPU pipeline in float32: the reference
     pipe = load(name, pipeline_dir(name), dtype=torch.bfloat16).to("tpu")
     assert pipe.transformer.dtype == torch.bfloat16
     bf16 = images(pipe, name)

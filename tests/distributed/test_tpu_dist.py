@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,17 +55,19 @@ def test_peer_that_never_joins_times_out_with_an_error():
     code = """
         import datetime, os, time
         import torch, torch.distributed as dist
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29731", RANK="0", WORLD_SIZE="2")
+        import socket
+        with socket.socket() as s:  # a free port, not a fixed one another job may hold
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="2")
         start = time.time()
         try:
             dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=3))
         except Exception as err:
             print("ERROR", type(err).__name__, round(time.time() - start))
     """
-    start = time.time()
-    proc = run_python(code, env={"HF_TPU_EMULATE": "1"}, timeout=120)
+    proc = run_python(code, env={"HF_TPU_EMULATE": "1"}, timeout=120)  # the timeout is the bound: no hang
     assert "ERROR" in proc.stdout, proc.stderr[-2000:]
-    assert time.time() - start < 100
 
 
 def test_backends_registered_for_the_tpu_device():

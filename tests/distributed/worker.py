@@ -5,6 +5,7 @@ Each check prints "OK <name> rank=<r>" or raises (which fails the launch).
 
 from __future__ import annotations
 
+import copy
 import sys
 
 import torch
@@ -102,14 +103,21 @@ def check_tensor_parallel(rank: int, n: int) -> None:
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
     x = torch.randn(5, 16)
-    expected = mlp(x)
+    reference = copy.deepcopy(mlp)  # stays on CPU: the independent reference, forward and backward
+    expected = reference(x)
+    expected.sum().backward()
     sharded = parallelize_module(mlp.to("tpu"), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     local = sharded[0].weight.to_local()
     assert local.shape == (32 // n, 16) and local.device.type == "tpu", local.shape
     out = sharded(x.to("tpu"))
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
     out.sum().backward()
-    assert sharded[2].weight.grad is not None
+    for index in (0, 2):  # column- and row-sharded weights, their biases: every gradient value, gathered
+        for name in ("weight", "bias"):
+            grad = getattr(sharded[index], name).grad
+            full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+            want = getattr(reference[index], name).grad
+            torch.testing.assert_close(full.cpu(), want, rtol=1e-4, atol=1e-5, msg=f"{index}.{name}.grad")
     print(f"OK tensor_parallel rank={rank}", flush=True)
 
 

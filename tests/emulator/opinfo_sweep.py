@@ -10,9 +10,11 @@ matmul precision ("highest"): at TorchTPU's default, matmul-class ops round thei
 by design (tests/emulator/test_numerics.py checks that). Ops that hf-tpu works around on TPU (cholesky,
 ctc_loss, multinomial...) run through their workarounds, as users get them.
 
-Results are keyed ``"<op name>[.<variant>]|<dtype>"``. ``python tests/emulator/opinfo_sweep.py``
-prints the summary and the failing keys with their first error (to update the expected
-failures file by hand, each with a reason).
+Results are keyed ``"<op name>[.<variant>]|<dtype>"``. A sample that fails on CPU is not a device
+question: it is counted apart (``cpu_failed``), never as a pass. An OpInfo whose ``sample_inputs``
+raises is a result too (``sample_error``), so no op disappears from the sweep.
+``python tests/emulator/opinfo_sweep.py [op ...]`` prints the summary and the failing keys with their
+failing-sample counts and first error (to update the expected failures file by hand, each with a reason).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class OpResult:
     key: str
     passed: int = 0
     failed: int = 0
+    cpu_failed: int = 0  # samples that fail on CPU too: neither passed nor failed
+    sample_error: str = ""  # sample_inputs itself raised
     first_error: str = ""
     errors: list[str] = field(default_factory=list)
 
@@ -111,8 +115,11 @@ def _compare(actual, expected, dtype: torch.dtype, shape_only: bool, device: str
             torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
 
 
+CPU_FAILED = "cpu failed"
+
+
 def run_sample(op, sample, dtype: torch.dtype, seed: int) -> str | None:
-    """None if tpu agrees with cpu (or cpu itself fails), else a one-line error."""
+    """None if tpu agrees with cpu, :data:`CPU_FAILED` if cpu itself fails, else a one-line error."""
     shape_only = op.name in UNINITIALISED
     args_cpu = (sample.input, *sample.args)
     try:
@@ -120,7 +127,7 @@ def run_sample(op, sample, dtype: torch.dtype, seed: int) -> str | None:
         expected = op(sample.input, *sample.args, **sample.kwargs)
         expected_grads = _grads(expected, tree_flatten(args_cpu)[0], seed) if op.supports_autograd else []
     except Exception:
-        return None  # the sample is invalid on CPU too: not a device question
+        return CPU_FAILED  # the sample is invalid on CPU too: not a device question
     try:
         args_tpu = tree_map(_to_tpu, args_cpu)
         kwargs_tpu = _tpu_kwargs(sample.kwargs)
@@ -160,12 +167,17 @@ def _sweep(ops: Iterable | None, progress: bool) -> list[OpResult]:
             try:
                 torch.manual_seed(0)
                 samples = list(op.sample_inputs("cpu", dtype, requires_grad=requires_grad))
-            except Exception:
+            except Exception as err:
+                result.sample_error = f"sample_inputs raised {type(err).__name__}: {str(err).splitlines()[0]}"[:300]
+                result.first_error = result.sample_error
+                results.append(result)
                 continue
             for i, sample in enumerate(samples):
                 error = run_sample(op, sample, dtype, seed=i)
                 if error is None:
                     result.passed += 1
+                elif error == CPU_FAILED:
+                    result.cpu_failed += 1
                 else:
                     result.failed += 1
                     result.errors.append(error)
@@ -185,10 +197,14 @@ def main(argv: list[str]) -> None:
     results = sweep(ops, progress=True)
     passed = sum(r.passed for r in results)
     failed = sum(r.failed for r in results)
-    print(f"{passed} passed, {failed} failed samples ({100 * passed / max(passed + failed, 1):.2f} %)")
+    cpu_failed = sum(r.cpu_failed for r in results)
+    print(
+        f"{passed} passed, {failed} failed samples ({100 * passed / max(passed + failed, 1):.2f} %); "
+        f"{cpu_failed} fail on CPU too (not counted)"
+    )
     for r in results:
-        if r.failed:
-            print(f"{r.key}  # {r.failed}/{r.passed + r.failed}: {r.first_error}")
+        if r.failed or r.sample_error:
+            print(f"{r.key} x{r.failed}  # {r.failed}/{r.passed + r.failed}: {r.first_error}")
 
 
 if __name__ == "__main__":

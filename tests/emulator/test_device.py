@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import pytest
@@ -35,12 +36,24 @@ def test_tensor_and_module_methods():
     assert m.weight.device.type == "tpu"
 
 
+# TorchTPU 0.2.0's 30 public names (../shared/reference/torch_tpu_api.md section 2.2), written out here so the
+# test does not take them from the code it checks.
+TORCH_TPU_PUBLIC_NAMES = {
+    "is_available", "device_count", "current_device", "set_device", "synchronize", "set_stream",
+    "current_stream", "device", "initial_seed", "get_rng_state", "set_rng_state", "manual_seed",
+    "manual_seed_all", "default_generators", "is_initialized", "get_amp_supported_dtype", "get_device_name",
+    "get_device_properties", "Stream", "Event", "stream", "default_stream", "device_of", "EagerMode",
+    "eager_mode", "set_eager_mode", "Precision", "precision", "allow_excess_precision", "topology_aware_mesh",
+}  # fmt: skip
+
+
 def test_public_names_exactly():
-    expected = set(torch.tpu.PUBLIC_NAMES) | {"compiler", "distributed", "pallas", "profiler"}
-    assert set(dir(torch.tpu)) == expected
-    assert len(torch.tpu.PUBLIC_NAMES) == 30
-    for name in torch.tpu.PUBLIC_NAMES:
+    assert len(TORCH_TPU_PUBLIC_NAMES) == 30
+    assert set(dir(torch.tpu)) == TORCH_TPU_PUBLIC_NAMES | {"compiler", "distributed", "pallas", "profiler"}
+    for name in TORCH_TPU_PUBLIC_NAMES:
         assert hasattr(torch.tpu, name), name
+    for name in ("PUBLIC_NAMES", "TpuStream", "TpuEvent"):  # the emulator's own helpers: not TorchTPU names
+        assert not hasattr(torch.tpu, name), name
 
 
 @pytest.mark.parametrize(
@@ -86,10 +99,13 @@ def test_legacy_api_guard(call, replacement, monkeypatch):
 
 def test_legacy_api_guard_can_be_relaxed(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", "1")
-    with warnings.catch_warnings(record=True):
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert torch.tpu.device_count() == 1
         torch.tpu.synchronize()
+    messages = [str(w.message) for w in caught]
+    assert any("device_count" in m and "torch.accelerator.device_count" in m for m in messages), messages
+    assert any("synchronize" in m for m in messages), messages
 
 
 def test_framework_code_may_call_internal_apis():
@@ -144,10 +160,10 @@ def test_streams_and_events():
         e2 = torch.tpu.Event(enable_timing=True)
         assert isinstance(e1, torch.Event)
         e1.record()
-        torch.ones(1000, device="tpu").sum()
+        time.sleep(0.05)  # events record host time: at least the 50 ms slept lie between them
         e2.record()
         e2.synchronize()
-        assert e1.elapsed_time(e2) >= 0
+        assert e1.elapsed_time(e2) >= 50.0
         with torch.tpu.stream(s):
             assert torch.accelerator.current_stream().stream_id == s.stream_id
         assert torch.accelerator.current_stream().stream_id == 0
@@ -172,6 +188,9 @@ def test_eager_mode_and_precision():
         with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
             assert torch.tpu.eager_mode == torch.tpu.EagerMode.DEFER_AND_FUSE
         assert torch.tpu.eager_mode == torch.tpu.EagerMode.DEFER_NEVER
+        a = torch.tensor([[1.0 + 2**-10]], device="tpu")  # not a bfloat16 value: rounding shows
         with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
-            pass
+            exact = (a @ a).item()
+        assert exact == (1.0 + 2**-10) ** 2  # float32 exact (the product fits in float32)
+        assert (a @ a).item() == 1.0  # outside: the default precision rounds the operands to bfloat16
         assert torch.tpu.allow_excess_precision is False

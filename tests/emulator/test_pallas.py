@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import jax  # the test extra has jax: imported, never skipped
 import pytest
 import torch
+from torch.tpu.pallas import jax_op
 
 from tests.conftest import run_python
-
-jax = pytest.importorskip("jax", reason="the JAX bridge is tested where jax is installed (the test extra has it)")
-from torch.tpu.pallas import jax_op  # noqa: E402
 
 
 @jax_op("hf_tpu_test::scaled_gelu")

@@ -47,8 +47,8 @@ def test_rng_state_apis():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.tpu.manual_seed(11)
-        state = torch.accelerator.get_rng_state() if hasattr(torch.accelerator, "get_rng_state") else None
         gen = torch.tpu.default_generators[0]
+        assert gen.initial_seed() == 11
         assert gen is torch.tpu.default_generators[0]
         s = gen.get_state()
         x = torch.randn(2, device="tpu")
@@ -56,7 +56,9 @@ def test_rng_state_apis():
         assert torch.equal(torch.randn(2, device="tpu").cpu(), x.cpu())
         with pytest.raises(ValueError):
             torch.tpu.set_rng_state(s, device="cpu")
-    del state
+        # A state is the CPU engine's: restoring it into a CPU generator draws the same numbers.
+        cpu = torch.Generator().set_state(s)
+        assert torch.equal(torch.randn(2, generator=cpu), x.cpu())
 
 
 def test_dropout_and_multinomial_follow_the_seed():
@@ -68,6 +70,31 @@ def test_dropout_and_multinomial_follow_the_seed():
     b = torch.nn.functional.dropout(x, 0.5)
     q = torch.multinomial(torch.ones(10, device="tpu"), 5)
     assert torch.equal(a.cpu(), b.cpu()) and torch.equal(p.cpu(), q.cpu())
+
+
+def test_a_cpu_generator_is_refused_for_tpu_tensors():
+    with pytest.raises(RuntimeError, match="Expected a 'tpu' device type for generator but found 'cpu'"):
+        torch.randn(3, device="tpu", generator=torch.Generator())
+
+
+def test_seeding_and_drawing_from_threads():
+    """Each thread's own generator gives its own reproducible stream while others draw and seed beside it."""
+    import concurrent.futures
+
+    def draws(seed: int) -> list[torch.Tensor]:
+        gen = torch.Generator(device="tpu").manual_seed(seed)
+        out = []
+        for _ in range(50):
+            out.append(torch.rand(64, device="tpu", generator=gen).cpu())
+            torch.tpu.manual_seed(seed)  # the default generators, seeded concurrently, must not disturb `gen`
+        return out
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(draws, [1, 2, 3, 4]))
+    for seed, got in zip([1, 2, 3, 4], threaded, strict=True):
+        cpu = torch.Generator().manual_seed(seed)  # the same engine on CPU: the independent reference
+        expected = [torch.rand(64, generator=cpu) for _ in range(50)]
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)), seed
 
 
 def test_tpu_generator_refused_for_cpu_tensors():

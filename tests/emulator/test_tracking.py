@@ -30,5 +30,24 @@ def test_track_counts_transfers_and_syncs_with_frames():
 def test_nothing_recorded_outside_track():
     with emulator.track() as t:
         pass
-    torch.ones(2).to("tpu").cpu()
+    before = emulator.counters()
+    torch.ones(2).to("tpu").cpu()  # counted, but belongs to no tracker
+    with emulator.track() as u:
+        torch.ones(3).to("tpu")
     assert t.events == []
+    assert [(e.kind, e.nbytes) for e in u.events] == [("host_to_device", 12)]
+    assert emulator.counters()["host_to_device"][0] - before["host_to_device"][0] == 2
+
+
+def test_track_sees_transfers_made_by_other_threads():
+    import threading
+
+    def copy_in_a_thread() -> None:
+        torch.ones(8).to("tpu")  # the line reported
+
+    with emulator.track() as t:
+        worker = threading.Thread(target=copy_in_a_thread)
+        worker.start()
+        worker.join(timeout=60)
+    assert [(e.kind, e.nbytes) for e in t.events] == [("host_to_device", 32)]
+    assert "copy_in_a_thread" in t.events[0].frame and __file__ in t.events[0].frame

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -26,7 +28,8 @@ def test_qwen3_forward_compiled_matches_eager_with_no_recompiles():
         head_dim=16,
     )
     torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(config).eval().to("tpu")
+    cpu_model = transformers.Qwen3ForCausalLM(config).eval()
+    model = copy.deepcopy(cpu_model).to("tpu")
     ids = torch.randint(0, 256, (2, 24)).to("tpu")
     compiled = torch.compile(model, backend="tpu", fullgraph=True)
     with torch.no_grad(), hf_tpu.watch_compiles() as report:
@@ -36,6 +39,11 @@ def test_qwen3_forward_compiled_matches_eager_with_no_recompiles():
     assert report.count() == 1 and not report.recompiles
     # fp32 with Inductor's fusions: agreement within 1e-4 (observed ~1e-6).
     torch.testing.assert_close(out.cpu(), eager.cpu(), rtol=1e-4, atol=1e-4)
+    # Against CPU, the independent reference (this module runs at precision "highest": float32 up to the
+    # summation order; SDPA takes the math path there, as hf-tpu's attention_precision workaround does).
+    with torch.no_grad():
+        expected = cpu_model(ids.cpu()).logits
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_sd3_transformer_compiled_matches_eager():

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-transformers = pytest.importorskip("transformers")
+import transformers
 
 
 def qwen3_moe_config(**overrides):

@@ -120,13 +120,14 @@ def flux_inputs(device: str) -> dict:
 
 @torch.no_grad()
 def reference(name: str, path: Path) -> dict:
-    """One-chip outputs of the model saved at ``path`` (loaded back with from_pretrained, as the ranks do)."""
+    """CPU outputs of the model saved at ``path`` (loaded back with from_pretrained, as the ranks do): the
+    independent reference for every TP run (the ranks compute at float32 precision "highest")."""
     if name in CAUSAL:
         from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
         auto = AutoModelForImageTextToText if name == "qwen3_vl" else AutoModelForCausalLM
-        model = auto.from_pretrained(path, device_map="tpu", dtype=torch.float32)
-        ids = torch.tensor(IDS, device="tpu")
+        model = auto.from_pretrained(path, dtype=torch.float32)
+        ids = torch.tensor(IDS, device="cpu")
         out = {"logits": model(ids).logits.cpu()}
         out["tokens"] = model.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False
@@ -135,14 +136,14 @@ def reference(name: str, path: Path) -> dict:
     if name == "t5":
         from transformers import T5EncoderModel
 
-        model = T5EncoderModel.from_pretrained(path, device_map="tpu", dtype=torch.float32)
-        return {"hidden": model(torch.tensor(IDS, device="tpu")).last_hidden_state.cpu()}
+        model = T5EncoderModel.from_pretrained(path, dtype=torch.float32)
+        return {"hidden": model(torch.tensor(IDS, device="cpu")).last_hidden_state.cpu()}
     if name in ("sd3", "flux"):
         from diffusers import FluxTransformer2DModel, SD3Transformer2DModel
 
         cls = SD3Transformer2DModel if name == "sd3" else FluxTransformer2DModel
-        model = cls.from_pretrained(path, device_map="tpu")
-        inputs = (sd3_inputs if name == "sd3" else flux_inputs)("tpu")
+        model = cls.from_pretrained(path)
+        inputs = (sd3_inputs if name == "sd3" else flux_inputs)("cpu")
         return {"sample": model(**inputs).sample.cpu()}
     raise KeyError(name)
 
@@ -160,5 +161,10 @@ def build_all(root: Path, names: tuple[str, ...] | None = None) -> Path:
                 if p.ndim >= 1 and p.abs().max() == 0:
                     p.normal_(0, 0.05)
         model.save_pretrained(root / name)
-        torch.save(reference(name, root / name), root / f"{name}.pt")
+        previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")  # exact float32 on CPU too
+        try:
+            torch.save(reference(name, root / name), root / f"{name}.pt")
+        finally:
+            torch.set_float32_matmul_precision(previous)
     return root

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -103,23 +102,18 @@ def test_tp_plan_auto_without_launch_says_so(models_dir, monkeypatch):
 
 
 def test_rank_that_dies_ends_every_rank_naming_it(models_dir):
-    start = time.time()
-    proc = launch(2, models_dir, "die", timeout=120)
-    elapsed = time.time() - start
+    proc = launch(2, models_dir, "die", timeout=120)  # the timeout is the bound: no hang
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     root_cause = out[out.index("Root Cause") :]
     assert "rank      : 1 (local_rank: 1)" in root_cause and "exitcode  : 3" in root_cause, root_cause
-    assert elapsed < 60, elapsed
 
 
 def test_rank_that_never_joins_fails_every_rank_naming_it(models_dir):
-    start = time.time()
-    proc = launch(2, models_dir, "never_join", env={"HF_TPU_JOIN_TIMEOUT": "5"}, timeout=120)
-    elapsed = time.time() - start
+    proc = launch(2, models_dir, "never_join", env={"HF_TPU_JOIN_TIMEOUT": "5"}, timeout=120)  # bound: no hang
     assert proc.returncode != 0
     assert "rank(s) [1] of 2 never joined" in proc.stdout + proc.stderr, proc.stderr[-3000:]
-    assert elapsed < 60, elapsed
+    assert "waited 5 s" in proc.stdout + proc.stderr  # the stated timeout, not the default 300 s
 
 
 # ---- registry, validator, derivation (one process, models on meta) ---------------------------------------
