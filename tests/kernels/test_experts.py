@@ -6,6 +6,7 @@ reference, relative to its largest value (the kernel rounds the activation once,
 
 from __future__ import annotations
 
+import copy
 import importlib
 
 import numpy as np
@@ -51,6 +52,33 @@ def test_logits_and_greedy_tokens_match_eager(family, request):
     torch.testing.assert_close(actual.cpu(), expected, atol=1e-4, rtol=1e-4)
     greedy = dict(max_new_tokens=8, do_sample=False)
     assert tpu.generate(ids.to("tpu"), **greedy).cpu().tolist() == cpu.generate(ids, **greedy).tolist()
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss"])
+def test_training_step_gradients_match_eager_on_cpu(family, request):
+    """Backward through the kernel (each forward jax_op paired with its VJP jax_op): the loss and every
+    parameter's gradient (experts, router, attention, embeddings) against transformers' eager experts on CPU."""
+    path = request.getfixturevalue(f"{family}_dir")
+    cpu = transformers.AutoModelForCausalLM.from_pretrained(path, experts_implementation="eager")
+    tpu = transformers.AutoModelForCausalLM.from_pretrained(path, device_map="tpu", experts_implementation=IMPL)
+    cpu.train(), tpu.train()
+    ids = prompt(9)
+    expected_loss = cpu(ids, labels=ids).loss
+    expected_loss.backward()
+    loss = tpu(ids.to("tpu"), labels=ids.to("tpu")).loss
+    loss.backward()
+    torch.testing.assert_close(loss.detach().cpu(), expected_loss.detach(), atol=1e-5, rtol=1e-5)
+    grads = dict(tpu.named_parameters())
+    checked = 0
+    for name, p in cpu.named_parameters():
+        if p.grad is None:
+            assert grads[name].grad is None, name
+            continue
+        assert grads[name].grad is not None and grads[name].grad.device.type == "tpu", name
+        assert relative_error(grads[name].grad, p.grad) < 1e-4, (name, relative_error(grads[name].grad, p.grad))
+        checked += 1
+    experts = [n for n in grads if ".experts." in n and grads[n].grad is not None]
+    assert experts and checked == len([p for p in cpu.parameters() if p.grad is not None])
 
 
 class StubExperts(nn.Module):
@@ -128,12 +156,15 @@ def test_bfloat16_within_tolerance_of_fp32(qwen3_moe_dir):
     hidden = torch.randn(16, 64, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected = experts(hidden, index, weights)
+        # transformers' eager experts in bfloat16 on CPU: what a bf16 user compares with
+        cpu_bf16 = copy.deepcopy(experts).to(torch.bfloat16)(hidden.bfloat16(), index, weights.bfloat16())
         experts_bf16 = experts.to("tpu", torch.bfloat16)
         actual = kernel().experts_forward(
             experts_bf16, hidden.to("tpu", torch.bfloat16), index.to("tpu"), weights.to("tpu", torch.bfloat16)
         )
-    assert actual.dtype == torch.bfloat16
+    assert actual.dtype == torch.bfloat16 == cpu_bf16.dtype
     assert relative_error(actual, expected) < 2e-2
+    assert relative_error(actual, cpu_bf16) < 2e-2  # both round to bf16, at different points
 
 
 def test_unsupported_flag_names_the_flag_and_the_model():

@@ -61,10 +61,19 @@ def _causal(name: str):
             layer_types=["sliding_attention", "full_attention"],
         )  # fmt: skip
         return GptOssForCausalLM(config)
+    if name == "qwen3_moe":  # 8 experts: 8 / N per chip under expert parallel
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+        config = Qwen3MoeConfig(
+            vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, head_dim=16, num_experts=8, num_experts_per_tok=2,
+            tie_word_embeddings=False,
+        )  # fmt: skip
+        return Qwen3MoeForCausalLM(config)
     raise KeyError(name)
 
 
-CAUSAL = ("llama", "llama_kv2", "big", "opt", "qwen3_vl", "gpt_oss")
+CAUSAL = ("llama", "llama_kv2", "big", "opt", "qwen3_vl", "gpt_oss", "qwen3_moe")
 
 
 def t5():
@@ -132,6 +141,8 @@ def reference(name: str, path: Path) -> dict:
         out["tokens"] = model.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False
         ).cpu()
+        if name == "llama":  # bfloat16 on CPU, for the bf16 TP run
+            out["logits_bf16"] = auto.from_pretrained(path, dtype=torch.bfloat16)(ids).logits.float()
         return out
     if name == "t5":
         from transformers import T5EncoderModel

@@ -50,18 +50,22 @@ def assert_ok(proc, n: int, *checks: str) -> None:
             assert f"OK {check} rank={rank}" in proc.stdout, (check, rank, proc.stdout[-3000:])
 
 
-CHECKS = ["llama", "auto_device_map", "topology_mesh", "registry_causal", "t5", "diffusers", "g20_device_count"]
+CHECKS = [
+    "llama", "auto_device_map", "topology_mesh", "registry_causal", "expert_parallel", "t5", "diffusers",
+    "g20_device_count",
+]  # fmt: skip
 OKS = [
-    "llama", "auto_device_map", "topology_mesh", "registry_opt", "registry_qwen3_vl", "registry_gpt_oss", "t5",
-    "diffusers_sd3", "diffusers_flux", "diffusers_enable_parallelism", "g20_device_count",
+    "llama", "auto_device_map", "topology_mesh", "registry_opt", "registry_qwen3_vl", "registry_gpt_oss",
+    "expert_parallel", "t5", "diffusers_sd3", "diffusers_flux", "diffusers_enable_parallelism", "g20_device_count",
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_tp_equals_one_chip(models_dir, n):
-    """TP=n logits/images/tokens equal one chip for every model; ~1/n read and allocated per chip (llama);
-    at n=4 also: a plan that does not divide fails before any read, and the too-large model runs."""
-    extra = ["not_divisible", "oom_story"] if n == 4 else []
+    """TP=n logits/images/tokens equal CPU for every model; ~1/n read and allocated per chip (llama);
+    at n=2 also: bfloat16 against CPU bfloat16 and compiled static-cache decoding; at n=4: a plan that does not
+    divide fails before any read, and the too-large model runs."""
+    extra = ["not_divisible", "oom_story"] if n == 4 else ["bf16", "compiled_decode"]
     env = {"HF_TPU_EMULATOR_HBM": SMALL_HBM} if n == 4 else {}
     proc = launch(n, models_dir, *CHECKS, *extra, env=env)
     assert_ok(proc, n, *OKS, *extra)

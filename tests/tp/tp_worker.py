@@ -43,7 +43,8 @@ def load_causal(name: str, **kwargs):
 
     auto = AutoModelForImageTextToText if name == "qwen3_vl" else AutoModelForCausalLM
     kwargs.setdefault("distributed_config", DistributedConfig(tp_size=N))
-    return auto.from_pretrained(ROOT / name, dtype=torch.float32, **kwargs)
+    kwargs.setdefault("dtype", torch.float32)
+    return auto.from_pretrained(ROOT / name, **kwargs)
 
 
 @torch.no_grad()
@@ -55,6 +56,25 @@ def compare_causal(name: str, model) -> None:
     torch.testing.assert_close(logits.cpu(), expected["logits"], atol=ATOL, rtol=RTOL)
     tokens = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
     assert torch.equal(tokens.cpu(), expected["tokens"]), (tokens, expected["tokens"])
+
+
+def _bytes_per_chip_from_checkpoint(name: str, plan: dict, file: str = "model.safetensors") -> float:
+    """Independent of hf-tpu's validator, from the checkpoint's own header: the weight of every module a rule
+    of the plan matches is split N ways (its bias too when the rule is column-wise), every other tensor is
+    whole on each chip."""
+    import fnmatch
+
+    from safetensors import safe_open
+
+    total = 0.0
+    with safe_open(ROOT / name / file, "pt") as f:
+        for key in f.keys():
+            nbytes = 4 * int(torch.tensor(f.get_slice(key).get_shape()).prod())
+            module, _, kind = key.rpartition(".")
+            styles = [str(style).lower() for rule, style in plan.items() if fnmatch.fnmatch(module, rule)]
+            split = bool(styles) and (kind == "weight" or (kind == "bias" and "colwise" in styles[0]))
+            total += nbytes / N if split else nbytes
+    return total
 
 
 def check_llama() -> None:
@@ -69,7 +89,8 @@ def check_llama() -> None:
     assert q.to_local().shape == (64 // N, 64) and q.to_local().device.type == "tpu", q.to_local().shape
     report = validate_plan(model, model.tp_plan, N)
     full = report.sharded_bytes + report.replicated_bytes
-    expected = report.bytes_per_chip(N)
+    expected = _bytes_per_chip_from_checkpoint("llama", model.tp_plan)
+    assert expected == report.bytes_per_chip(N), (expected, report.bytes_per_chip(N))  # the validator agrees
     # Goal of the issue: per-chip peak <= 1.1 x (sharded / N + replicated).
     assert peak <= 1.1 * expected, (peak, expected)
     assert measure.reads.copied <= 1.05 * expected, (measure.reads.copied, expected)
@@ -132,6 +153,47 @@ def check_registry_causal() -> None:
         ok(f"registry_{name}", f"sharded={len(sharded)}")
 
 
+def check_bf16() -> None:
+    """TP in bfloat16: logits within bfloat16's reach of CPU's bfloat16 run (both round, in different orders)."""
+    model = load_causal("llama", dtype=torch.bfloat16)
+    assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        logits = model(torch.tensor(models.IDS, device="tpu")).logits.float().cpu()
+    expected = ref("llama")["logits_bf16"]
+    relative = ((logits - expected).abs().max() / expected.abs().max()).item()
+    assert relative < 3e-2, relative
+    ok("bf16", f"relative={relative:.1e}")
+
+
+def check_compiled_decode() -> None:
+    """Greedy decoding with a static cache compiles once (backend "tpu") under TP and gives CPU's tokens."""
+    import hf_tpu
+
+    model = load_causal("llama")
+    ids = torch.tensor(models.IDS, device="tpu")
+    with hf_tpu.watch_compiles() as report, torch.no_grad():
+        tokens = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, cache_implementation="static"
+        )
+    assert torch.equal(tokens.cpu(), ref("llama")["tokens"]), (tokens, ref("llama")["tokens"])
+    assert report.count() >= 1 and not report.recompiles, report
+    ok("compiled_decode", f"graphs={report.count()}")
+
+
+def check_expert_parallel() -> None:
+    """transformers' expert parallel (each chip holds 8 / N experts) with the ragged-dot kernel: logits and
+    greedy tokens equal CPU's eager experts."""
+    from transformers.distributed import DistributedConfig
+
+    config = DistributedConfig(tp_size=N, enable_expert_parallel=True, ep_size=N)
+    model = load_causal("qwen3_moe", distributed_config=config, experts_implementation="tokamax_ragged_dot")
+    experts = model.model.layers[0].mlp.experts
+    local = experts.gate_up_proj.to_local() if hasattr(experts.gate_up_proj, "to_local") else experts.gate_up_proj
+    assert local.shape[0] == 8 // N and local.device.type == "tpu", local.shape
+    compare_causal("qwen3_moe", model)
+    ok("expert_parallel", f"experts_per_chip={local.shape[0]}")
+
+
 @torch.no_grad()
 def check_t5() -> None:
     """T5 encoder (SD3's text encoder) with the registry plan, the Diffusers TPU guide's recipe."""
@@ -167,7 +229,10 @@ def check_diffusers() -> None:
         copied, peak = measure.reads.copied, torch.accelerator.max_memory_allocated() - base
         with torch.device("meta"):  # validate the unsharded model (sharding makes head counts per-rank)
             unsharded = getattr(models, name)()
-        goal = validate_plan(unsharded, cls._tp_plan, N).bytes_per_chip(N)
+        goal = _bytes_per_chip_from_checkpoint(name, cls._tp_plan, "diffusion_pytorch_model.safetensors")
+        full = _bytes_per_chip_from_checkpoint(name, {}, "diffusion_pytorch_model.safetensors")
+        assert goal <= 0.75 * full, (goal, full)  # the plan shards most of the model
+        validate_plan(unsharded, cls._tp_plan, N)  # the plan validates (its own byte estimate is not the reference)
         assert copied <= 1.05 * goal and peak <= 1.1 * goal, (copied, peak, goal)
         out = model(**inputs("tpu")).sample
         torch.testing.assert_close(out.cpu(), ref(name)["sample"], atol=ATOL, rtol=RTOL)

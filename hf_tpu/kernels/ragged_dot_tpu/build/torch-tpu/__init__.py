@@ -121,7 +121,44 @@ def _ops() -> dict[str, Any]:
         jax_op = torch.tpu.pallas.jax_op
         for name in ("experts", "experts_up", "experts_down", "ragged_dot"):
             _OPS[name] = jax_op(add_op_namespace_prefix(name), getattr(impl, name))
+        for name in ("experts", "experts_up", "experts_down"):  # training: each forward paired with its VJP
+            backward = jax_op(add_op_namespace_prefix(f"{name}_backward"), getattr(impl, f"{name}_backward"))
+            _register_autograd(_OPS[name], backward, name)
     return _OPS
+
+
+# Positions of the differentiable inputs of each forward op, and which backward outputs they receive.
+_GRAD_INPUTS = {
+    "experts": (0, 2, 3, 4, 5, 6),  # hidden, weights, w_up, w_down, b_up, b_down
+    "experts_up": (0, 2, 3),  # hidden, w_up, b_up
+    "experts_down": (0, 2, 4, 5),  # x, weights, w_down, b_down
+}
+
+
+def _register_autograd(forward: Any, backward: Any, name: str) -> None:
+    """Gradients through the jax_op ``forward`` come from the jax_op ``backward`` (its VJP, one op per layer)."""
+    positions = _GRAD_INPUTS[name]
+
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.num_inputs = len(inputs)
+        ctx.tensor_positions = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+        ctx.save_for_backward(*(inputs[i] for i in ctx.tensor_positions))
+        ctx.statics = {i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
+
+    def grad_fn(ctx: Any, *grads: Any) -> tuple:
+        inputs: list[Any] = [None] * ctx.num_inputs
+        for i, t in zip(ctx.tensor_positions, ctx.saved_tensors, strict=True):
+            inputs[i] = t
+        for i, x in ctx.statics.items():
+            inputs[i] = x
+        grad = grads[0]  # experts_up's second output (the sort order) has no gradient
+        outs = backward(grad.contiguous(), *inputs)
+        result: list[Any] = [None] * ctx.num_inputs
+        for i, g in zip(positions, outs, strict=True):
+            result[i] = g if inputs[i] is not None else None
+        return tuple(result)
+
+    forward.register_autograd(grad_fn, setup_context=setup_context)
 
 
 def _backend(device: torch.device) -> str:

@@ -163,3 +163,84 @@ def experts_down(
 def ragged_dot(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, impl: str) -> jax.Array:
     """``lhs[M, K] @ rhs[G, N, K].mT -> [M, N]`` by groups (the Hub kernel's ``ragged_dot``)."""
     return ragged_dot_general(lhs, rhs, group_sizes.astype(jnp.int32), False, impl)
+
+
+# ---- backward: one op per layer too, the vector-Jacobian product of the forward ----------------------------
+# Reverse mode cannot go through the "grouped" loop (a fori_loop with a data-dependent trip count), so the
+# backward runs jax.lax's ragged dot there; tokamax's implementations have their own VJPs.
+def _differentiable(impl: str) -> str:
+    return "lax" if impl == "grouped" else impl
+
+
+def _no_grad(x: Optional[jax.Array], grad: Optional[jax.Array]) -> jax.Array:  # noqa: UP045
+    """An absent bias has no gradient: an empty array stands in for it (jax_op returns arrays only)."""
+    return jnp.zeros((0,), jnp.float32) if x is None or grad is None else grad
+
+
+def experts_backward(
+    grad: jax.Array,
+    hidden: jax.Array,
+    ids: jax.Array,
+    weights: jax.Array,
+    w_up: jax.Array,
+    w_down: jax.Array,
+    b_up: Optional[jax.Array],  # noqa: UP045
+    b_down: Optional[jax.Array],  # noqa: UP045
+    activation: str,
+    has_gate: bool,
+    transposed: bool,
+    impl_up: str,
+    impl_down: str,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Gradients of :func:`experts` for hidden, routing weights, both weights and both biases."""
+
+    def forward(hidden, weights, w_up, w_down, b_up, b_down):  # noqa: ANN001, ANN202
+        return experts(
+            hidden, ids, weights, w_up, w_down, b_up, b_down, activation, has_gate, transposed,
+            _differentiable(impl_up), _differentiable(impl_down),
+        )  # fmt: skip
+
+    _, vjp = jax.vjp(forward, hidden, weights, w_up, w_down, b_up, b_down)
+    d_hidden, d_weights, d_w_up, d_w_down, d_b_up, d_b_down = vjp(grad.astype(hidden.dtype))
+    return d_hidden, d_weights, d_w_up, d_w_down, _no_grad(b_up, d_b_up), _no_grad(b_down, d_b_down)
+
+
+def experts_up_backward(
+    grad_y: jax.Array,
+    hidden: jax.Array,
+    ids: jax.Array,
+    w_up: jax.Array,
+    b_up: Optional[jax.Array],  # noqa: UP045
+    transposed: bool,
+    impl: str,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Gradients of :func:`experts_up`'s projections for hidden, w_up and b_up (the sort order has none)."""
+
+    def forward(hidden, w_up, b_up):  # noqa: ANN001, ANN202
+        return _up(hidden, ids, w_up, b_up, transposed, _differentiable(impl))[0]
+
+    _, vjp = jax.vjp(forward, hidden, w_up, b_up)
+    d_hidden, d_w_up, d_b_up = vjp(grad_y.astype(hidden.dtype))
+    return d_hidden, d_w_up, _no_grad(b_up, d_b_up)
+
+
+def experts_down_backward(
+    grad: jax.Array,
+    x: jax.Array,
+    ids: jax.Array,
+    weights: jax.Array,
+    perm: jax.Array,
+    w_down: jax.Array,
+    b_down: Optional[jax.Array],  # noqa: UP045
+    transposed: bool,
+    impl: str,
+    out_dtype: str,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Gradients of :func:`experts_down` for x, routing weights, w_down and b_down."""
+
+    def forward(x, weights, w_down, b_down):  # noqa: ANN001, ANN202
+        return experts_down(x, ids, weights, perm, w_down, b_down, transposed, _differentiable(impl), out_dtype)
+
+    _, vjp = jax.vjp(forward, x, weights, w_down, b_down)
+    d_x, d_weights, d_w_down, d_b_down = vjp(grad.astype(jnp.dtype(out_dtype)))
+    return d_x, d_weights, d_w_down, _no_grad(b_down, d_b_down)
