@@ -5,6 +5,7 @@ hf-tpu gaps                              # probe TorchTPU's known gaps here, and
 hf-tpu gaps --show cholesky              # a gap's standalone repro, for a TorchTPU bug report
 hf-tpu gaps --fixes                      # every patch and workaround hf-tpu applies, and why
 hf-tpu build                             # compile the emulator's C++ core ahead of time
+hf-tpu env [--json]                      # versions, chips, backend, settings, fixes: paste into a bug report
 hf-tpu info                              # which TPU this process would use
 """
 
@@ -89,7 +90,10 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import hf_tpu
+
     parser = argparse.ArgumentParser(prog="hf-tpu", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"hf-tpu {hf_tpu.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     launch = sub.add_parser("launch", help="run a script on N chips (emulated when no TPU is present)")
     launch.add_argument("-n", "--nproc", type=int, required=True, help="number of chips (one process each)")
@@ -107,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     gaps.add_argument("--no-save", action="store_true", help="do not record the measurement for this machine")
     gaps.add_argument("--fixes", action="store_true", help="list hf-tpu's patches and workarounds, and their state")
     sub.add_parser("build", help="build the emulated TPU's C++ core now")
+    env = sub.add_parser("env", help="versions, chips, backend, settings and fixes, for a bug report")
+    env.add_argument("--json", action="store_true", help="print the report as JSON")
     sub.add_parser("info", help="print which TPU this process uses")
     args = parser.parse_args(argv)
     if args.command == "launch":
@@ -129,9 +135,27 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"{err}\n")
             return 1
         return 0
-    import hf_tpu
+    if args.command == "env":
+        import json
+
+        from . import env_report
+
+        report = env_report.collect()
+        sys.stdout.write((json.dumps(report, indent=2) if args.json else env_report.format_text(report)) + "\n")
+        return 0
+    import importlib.util
+
+    import torch  # noqa: F401  (sets the device up as the user's process would: real TPU, or the emulator)
+
+    from ._backend import real_tpu_present
 
     sys.stdout.write(f"hf-tpu {hf_tpu.__version__}: backend {hf_tpu.backend()}\n")
+    if importlib.util.find_spec("torch_tpu") is not None and not real_tpu_present():
+        sys.stdout.write(
+            "note: torch-tpu is installed but no TPU chip is attached. torch-tpu registers the 'tpu' device during "
+            "`import torch` (without libtpu it ends the import with exit status 1), so the emulated TPU cannot run in "
+            "this environment: use one without torch-tpu for emulation.\n"
+        )
     return 0
 
 

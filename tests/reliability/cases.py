@@ -20,7 +20,9 @@ class Case:
     code: str | None = None
     env: dict[str, str | None] = field(default_factory=dict)
     argv: tuple[str, ...] | None = None  # a command line instead of code (python -m ...)
-    kind: str = "raises"  # raises: `code` raises; warns: stderr has it (code runs on); exits: argv fails cleanly
+    # raises: `code` raises; warns: stderr has it (code runs on); exits: argv fails cleanly; prints: argv
+    # succeeds and says it on stdout
+    kind: str = "raises"
     timeout: float = 120
     traceback_ok: bool = False  # torchrun prints a failed rank's traceback itself
 
@@ -288,6 +290,21 @@ CASES: tuple[Case, ...] = (
         r"HF_TPU_BUILD_TIMEOUT='soon'",
         "from hf_tpu.emulator import _build\n_build._build_timeout()",
         {"HF_TPU_BUILD_TIMEOUT": "soon"},
+    ),
+    # ---- torch-tpu installed on a machine without a chip (a stand-in package: the real one needs libtpu)
+    Case(
+        "torch-tpu-installed-no-chip-emulate",
+        r"torch-tpu is installed in this environment.*cannot share a process",
+        "torch.ones(1)",
+        {"PYTHONPATH": "{fake_torch_tpu}"},
+        kind="warns",
+    ),
+    Case(
+        "torch-tpu-installed-no-chip-info",
+        r"torch-tpu is installed but no TPU chip is attached",
+        env={"PYTHONPATH": "{fake_torch_tpu}"},
+        argv=("-m", "hf_tpu.cli", "info"),
+        kind="prints",
     ),
     # ---- TorchTPU's strictness, kept
     Case("internal-api-synchronize", r"torch.accelerator.synchronize", "torch.tpu.synchronize()"),

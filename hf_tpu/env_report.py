@@ -1,0 +1,144 @@
+"""``hf-tpu env``: what a bug report needs, in one block: versions, chips, the backend in use, settings, fixes.
+
+It sets the device up the way the user's own script would (``import torch``: a real TPU, or the emulator
+when ``HF_TPU_EMULATE=1``), so what it prints is what their process sees.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+from typing import Any
+
+PACKAGES = (
+    "hf-tpu",
+    "torch",
+    "torch-tpu",
+    "libtpu",
+    "jax",
+    "jaxlib",
+    "tokamax",
+    "transformers",
+    "diffusers",
+    "accelerate",
+    "kernels",
+    "safetensors",
+    "huggingface_hub",
+)
+# TorchTPU's hardware table (PCI device id -> generation), as in torch-tpu 0.2.0.
+PCI_GENERATIONS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
+_SETTINGS_PREFIXES = ("HF_TPU_", "TPU_", "TORCH_TPU_", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PJRT_")
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _chips() -> list[dict[str, str]]:
+    from ._backend import _read, tpu_vfio_paths
+
+    found = []
+    for path in tpu_vfio_paths():
+        found.append({"vfio": path})
+    if not found:
+        return []
+    import glob
+
+    ids = []
+    for dev in sorted(glob.glob("/sys/bus/pci/devices/*")):
+        if _read(os.path.join(dev, "vendor")) == "0x1ae0":
+            ids.append(_read(os.path.join(dev, "device")))
+    for chip, pci_id in zip(found, ids, strict=False):
+        chip["pci_id"] = pci_id
+        chip["generation"] = PCI_GENERATIONS.get(pci_id, "unknown")
+    return found
+
+
+def _backend() -> dict[str, Any]:
+    import torch
+
+    from . import emulator
+    from ._backend import backend
+
+    info: dict[str, Any] = {"backend": backend()}
+    if torch.accelerator.is_available():
+        accelerator = torch.accelerator.current_accelerator()
+        info["accelerator"] = str(accelerator)
+        info["device_count"] = torch.accelerator.device_count()
+        free, total = torch.accelerator.get_memory_info()
+        info["hbm_per_chip_bytes"] = total
+    if emulator.is_enabled():
+        host = emulator.host()
+        assert host is not None
+        info["emulator"] = {
+            "generation": host.generation.key,
+            "profile": host.profile,
+            "chips": host.chips,
+            "usable_chips": host.usable,
+            "reproduced_gaps": sorted(emulator.reproduced_gaps()),
+            "precision": torch.get_float32_matmul_precision(),
+        }
+    return info
+
+
+def _core_cache() -> dict[str, str]:
+    from .emulator import _build
+
+    build_dir = _build.cache_dir()
+    ok, why = _build._verified(build_dir)
+    return {"dir": str(build_dir), "state": "built, verified" if ok else f"not usable yet: {why}"}
+
+
+def collect() -> dict[str, Any]:
+    """Everything ``hf-tpu env`` prints, as a dict (``--json``)."""
+    report: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "chips_on_pci_bus": _chips(),
+        "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_SETTINGS_PREFIXES)},
+    }
+    try:
+        report["device"] = _backend()
+    except Exception as err:  # noqa: BLE001  (a broken set-up is exactly what a report must show)
+        report["device"] = {"error": f"{type(err).__name__}: {err}"}
+    try:
+        report["emulator_core_cache"] = _core_cache()
+    except Exception as err:  # noqa: BLE001
+        report["emulator_core_cache"] = {"error": f"{type(err).__name__}: {err}"}
+    from . import fixes
+
+    report["fixes"] = [{k: row[k] for k in ("name", "kind", "gap", "state")} for row in fixes.report()]
+    if _version("torch-tpu") != "not installed" and not report["chips_on_pci_bus"]:
+        report["note"] = (
+            "torch-tpu is installed but no TPU chip is attached: torch-tpu registers the 'tpu' device during "
+            "`import torch` (without libtpu it ends the import with exit status 1), so the emulated TPU cannot run "
+            "in this environment; use one without torch-tpu for emulation."
+        )
+    return report
+
+
+def format_text(report: dict[str, Any]) -> str:
+    lines = [f"hf-tpu environment (python {report['python']}, {report['platform']})", "", "packages:"]
+    lines += [f"  {name:<16} {version}" for name, version in report["packages"].items()]
+    chips = report["chips_on_pci_bus"]
+    lines += ["", f"TPU chips on the PCI bus: {len(chips)}"]
+    lines += [f"  {c.get('vfio')}  {c.get('pci_id', '?')}  TPU {c.get('generation', '?')}" for c in chips]
+    device = report["device"]
+    lines += ["", "device:"] + [f"  {k}: {v}" for k, v in device.items() if k != "emulator"]
+    for key, value in device.get("emulator", {}).items():
+        shown = ", ".join(value) if isinstance(value, list) else value
+        lines.append(f"  emulator {key}: {shown}")
+    cache = report["emulator_core_cache"]
+    lines += ["", "emulator core cache:"] + [f"  {k}: {v}" for k, v in cache.items()]
+    lines += ["", "settings:"] + ([f"  {k}={v}" for k, v in report["settings"].items()] or ["  (none set)"])
+    lines += ["", "fixes (patches and workarounds):"]
+    lines += [f"  {f['name']:<42} {f['kind']:<10} {f['gap']:<28} {f['state']}" for f in report["fixes"]]
+    if "note" in report:
+        lines += ["", f"note: {report['note']}"]
+    return "\n".join(lines)
