@@ -20,7 +20,7 @@ def emulation_requested() -> bool:
 def install_integrations() -> None:
     """Install the workarounds for the backend's gaps, and hook the Hugging Face integrations (they attach
     when each library is imported)."""
-    from . import _device_hints, diffusers, fixes, kernels, tp_plans, transformers, workarounds
+    from . import _device_hints, accelerate, diffusers, fixes, kernels, tp_plans, transformers, workarounds
 
     workarounds.install()
     hint = fixes.Fix(
@@ -31,7 +31,7 @@ def install_integrations() -> None:
         _device_hints.install_xla_hint,
     )
     fixes.install_patches([hint])
-    for integration in (transformers, diffusers, kernels, tp_plans):
+    for integration in (transformers, diffusers, accelerate, kernels, tp_plans):
         integration.install()
 
 

@@ -16,9 +16,7 @@ def hf_tpu_cli(*args: str, emulate: bool = True) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
     if emulate:
         env["HF_TPU_EMULATE"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "hf_tpu", *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run([sys.executable, "-m", "hf_tpu", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_env_json_describes_the_emulated_device_versions_and_fixes():

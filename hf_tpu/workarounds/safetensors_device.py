@@ -65,10 +65,11 @@ def _wrap_safe_open(safe_open: Any) -> Any:
 
 
 def _wrap_load_file(load_file: Any) -> Any:
-    def tpu_aware_load_file(filename: Any, device: Any = "cpu") -> dict[str, torch.Tensor]:
+    def tpu_aware_load_file(filename: Any, device: Any = "cpu", **kwargs: Any) -> dict[str, torch.Tensor]:
+        # **kwargs: newer safetensors take more keywords (backend=...); they pass through unchanged.
         if _is_tpu(device):
-            return {k: v.to(device) for k, v in load_file(filename, device="cpu").items()}
-        return load_file(filename, device=device)
+            return {k: v.to(device) for k, v in load_file(filename, device="cpu", **kwargs).items()}
+        return load_file(filename, device=device, **kwargs)
 
     tpu_aware_load_file.__doc__ = load_file.__doc__
     return tpu_aware_load_file
