@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import warnings
 from types import ModuleType
 from typing import Any
@@ -152,6 +153,34 @@ def memory_breakdown_cache(module: ModuleType) -> None:
     module.get_device_and_memory_breakdown = _tpu_memory_breakdown(module.get_device_and_memory_breakdown)
 
 
+def _pipeline_init(original: Any) -> Any:
+    signature = inspect.signature(original)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        bound = signature.bind_partial(self, *args, **kwargs)
+        model = bound.arguments.get("model")
+        if bound.arguments.get("device") is None and model is not None and on_tpu():
+            device_map = getattr(model, "hf_device_map", None)
+            if device_map is None:  # as CUDA: no device given, the accelerator's chip (a model there stays)
+                bound.arguments["device"] = torch.device("tpu", torch.accelerator.current_device_index())
+            elif all(isinstance(d, int) for d in device_map.values()):
+                # accelerate's integer ids mean chips here; upstream would take 0 as "cpu" and feed the model
+                # CPU inputs. The device argument cannot be combined with a device map, so set it afterwards.
+                original(*bound.args, **bound.kwargs)
+                self.device = torch.device("tpu", next(iter(device_map.values())))
+                return
+        original(*bound.args, **bound.kwargs)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __init__
+
+
+def pipeline_default_device(module: ModuleType) -> None:
+    """transformers.pipelines.base: with no device, a pipeline runs on the TPU (a model already there stays),
+    as on CUDA; upstream resolved device 0 to CPU and moved the model off the chip."""
+    module.Pipeline.__init__ = _pipeline_init(module.Pipeline.__init__)
+
+
 PATCHES: tuple[Fix, ...] = (
     Fix.patch("G2", "transformers.integrations.accelerate", max_memory_tpu_keys),
     Fix.patch("G1", "transformers.modeling_utils", auto_offload_report),
@@ -159,6 +188,7 @@ PATCHES: tuple[Fix, ...] = (
     Fix.patch("G11", "transformers.modeling_utils", compile_config_for_tpu),
     Fix.patch("G18", "transformers.generation.continuous_batching.utils", memory_breakdown_utils),
     Fix.patch("G18", "transformers.generation.continuous_batching.cache", memory_breakdown_cache),
+    Fix.patch("P1", "transformers.pipelines.base", pipeline_default_device),
 )
 
 
