@@ -21,18 +21,24 @@ def _read(path: str) -> str:
         return ""
 
 
-def tpu_vfio_paths() -> list[str]:
-    """The VFIO device file of each TPU chip of this host (``/dev/vfio/<group>``), as TorchTPU finds them."""
-    paths = []
+def tpu_chips() -> list[tuple[str, str]]:
+    """``(VFIO device file, PCI device id)`` of each TPU chip of this host, as TorchTPU finds them."""
+    chips = []
     for dev in sorted(glob.glob("/sys/bus/pci/devices/*")):
         if _read(os.path.join(dev, "vendor")) != "0x1ae0":
             continue
-        if _read(os.path.join(dev, "device")) not in _TPU_PCI_IDS:
+        pci_id = _read(os.path.join(dev, "device"))
+        if pci_id not in _TPU_PCI_IDS:
             continue
         group = os.path.basename(os.path.realpath(os.path.join(dev, "iommu_group")))
         if os.path.exists(f"/dev/vfio/{group}"):
-            paths.append(f"/dev/vfio/{group}")
-    return paths
+            chips.append((f"/dev/vfio/{group}", pci_id))
+    return chips
+
+
+def tpu_vfio_paths() -> list[str]:
+    """The VFIO device file of each TPU chip of this host (``/dev/vfio/<group>``), as TorchTPU finds them."""
+    return [path for path, _ in tpu_chips()]
 
 
 def pci_tpu_count() -> int:

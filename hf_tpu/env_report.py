@@ -40,23 +40,12 @@ def _version(name: str) -> str:
 
 
 def _chips() -> list[dict[str, str]]:
-    from ._backend import _read, tpu_vfio_paths
+    from ._backend import tpu_chips
 
-    found = []
-    for path in tpu_vfio_paths():
-        found.append({"vfio": path})
-    if not found:
-        return []
-    import glob
-
-    ids = []
-    for dev in sorted(glob.glob("/sys/bus/pci/devices/*")):
-        if _read(os.path.join(dev, "vendor")) == "0x1ae0":
-            ids.append(_read(os.path.join(dev, "device")))
-    for chip, pci_id in zip(found, ids, strict=False):
-        chip["pci_id"] = pci_id
-        chip["generation"] = PCI_GENERATIONS.get(pci_id, "unknown")
-    return found
+    return [
+        {"vfio": path, "pci_id": pci_id, "generation": PCI_GENERATIONS.get(pci_id, "unknown")}
+        for path, pci_id in tpu_chips()
+    ]
 
 
 def _backend() -> dict[str, Any]:

@@ -18,20 +18,8 @@ import torch
 from . import _build
 from .host_model import Host
 
-# Every gap the torch_tpu profile reproduces (names as in hf_tpu.gaps).
-CORE_GAPS = (
-    "cholesky",
-    "ctc_loss",
-    "weight_tying",
-    "fully_masked_attention_row",
-    "multinomial_seeding",
-    "differentiable_attention_mask",
-    "boolean_mask_indexing",
-    "interpolate_same_size",
-    "attention_precision",
-    "device_sharing",
-    "record_stream",
-)
+# The C++ core's gaps are named by the core itself (``gap_names()``, gaps.cpp's table); these are the
+# Python-level ones (names as in hf_tpu.gaps).
 PYTHON_GAPS = ("avg_pool1d_gradient", "device_index", "visible_devices")
 # Present on every profile: Inductor cannot compile for the device (TorchTPU refuses it by design),
 # safetensors' own device parsing is not the backend's, torch's autograd engine is torch's, and the
@@ -65,10 +53,11 @@ def install(host: Host) -> None:
     core = _build.load()
     faithful = host.profile == "torch_tpu"
     core.set_abort_on_gap(abort_mode())
-    core.set_gaps(list(CORE_GAPS) if faithful else [])
+    core_gaps = core.gap_names()
+    core.set_gaps(core_gaps if faithful else [])
     names = set(INHERENT_GAPS)
     if faithful:
-        names |= set(CORE_GAPS) | set(PYTHON_GAPS)
+        names |= set(core_gaps) | set(PYTHON_GAPS)
         _register_avg_pool1d_without_grad()
         if host.usable > 1:
             _tensor_to_int_lands_on_chip_0()

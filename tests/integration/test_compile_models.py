@@ -17,16 +17,15 @@ import diffusers  # noqa: E402  (hard dependencies: imported, never skipped)
 import transformers  # noqa: E402
 
 
+def _tiny_qwen3_config() -> transformers.Qwen3Config:
+    return transformers.Qwen3Config(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16,
+    )  # fmt: skip
+
+
 def test_qwen3_forward_compiled_matches_eager_with_no_recompiles():
-    config = transformers.Qwen3Config(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-    )
+    config = _tiny_qwen3_config()
     torch.manual_seed(0)
     cpu_model = transformers.Qwen3ForCausalLM(config).eval()
     model = copy.deepcopy(cpu_model).to("tpu")
@@ -89,15 +88,7 @@ QWEN3_ERROR = {
 @pytest.mark.parametrize("precision", sorted(QWEN3_ERROR))
 def test_qwen3_forward_error_is_what_tpu_precision_predicts(precision):
     """Float32 Qwen3 logits on the emulated TPU vs CPU, eager and compiled, at each matmul precision."""
-    config = transformers.Qwen3Config(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-    )
+    config = _tiny_qwen3_config()
     torch.manual_seed(0)
     cpu = transformers.Qwen3ForCausalLM(config).eval()
     ids = torch.randint(0, 256, (2, 24))
