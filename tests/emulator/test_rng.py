@@ -56,9 +56,10 @@ def test_rng_state_apis():
         assert torch.equal(torch.randn(2, device="tpu").cpu(), x.cpu())
         with pytest.raises(ValueError):
             torch.tpu.set_rng_state(s, device="cpu")
-        # A state is the CPU engine's: restoring it into a CPU generator draws the same numbers.
-        cpu = torch.Generator().set_state(s)
-        assert torch.equal(torch.randn(2, generator=cpu), x.cpu())
+        # The saved state is a copy: drawing moved the generator on, not the copy, so restoring it replays again.
+        assert not torch.equal(gen.get_state(), s)
+        torch.tpu.set_rng_state(s)
+        assert torch.equal(torch.randn(2, device="tpu").cpu(), x.cpu())
 
 
 def test_dropout_and_multinomial_follow_the_seed():
@@ -89,12 +90,16 @@ def test_seeding_and_drawing_from_threads():
             torch.tpu.manual_seed(seed)  # the default generators, seeded concurrently, must not disturb `gen`
         return out
 
+    # Reference: the same streams drawn one after the other on this thread (valid on a chip too: it does not
+    # assume the device's engine is CPU's).
+    expected = [
+        [torch.rand(64, device="tpu", generator=gen).cpu() for _ in range(50)]
+        for gen in (torch.Generator(device="tpu").manual_seed(seed) for seed in [1, 2, 3, 4])
+    ]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         threaded = list(pool.map(draws, [1, 2, 3, 4]))
-    for seed, got in zip([1, 2, 3, 4], threaded, strict=True):
-        cpu = torch.Generator().manual_seed(seed)  # the same engine on CPU: the independent reference
-        expected = [torch.rand(64, generator=cpu) for _ in range(50)]
-        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)), seed
+    for seed, got, want in zip([1, 2, 3, 4], threaded, expected, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), seed
 
 
 def test_tpu_generator_refused_for_cpu_tensors():
