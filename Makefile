@@ -1,5 +1,5 @@
 SHELL := /bin/bash
-.PHONY: setup demo test bench
+.PHONY: setup demo test contract bench
 
 # Install everything (torch pinned first) and build the emulator core.
 setup:
@@ -12,6 +12,10 @@ demo:
 # Lint and the whole test suite (what CI runs).
 test:
 	bash scripts/test.sh
+
+# The emulator's torch.tpu against the real torch-tpu wheel (builds its environment once; part of `make test`).
+contract:
+	HF_TPU_CONTRACT_REQUIRED=1 python -m pytest tests/contract -q -p no:cacheprovider
 
 # Every benchmark, one run each, printing ratios (several minutes on 2 cores).
 bench: setup

@@ -15,17 +15,24 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
-def small_local_model() -> str:
-    """A 4-layer Qwen3 with random weights and a character-level tokenizer, saved to a temp dir."""
+def char_tokenizer():  # noqa: ANN201  (a transformers PreTrainedTokenizerFast)
+    """A character-level tokenizer built locally (no Hub): one id per byte, plus <pad>=256 and <eos>=257."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
-    path = tempfile.mkdtemp(prefix="hf-tpu-demo-")
     vocab = {chr(i): i for i in range(256)} | {"<pad>": 256, "<eos>": 257}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     backend.decoder = decoders.Fuse()
-    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>").save_pretrained(path)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>")
+
+
+def small_local_model() -> str:
+    """A 4-layer Qwen3 with random weights and a character-level tokenizer, saved to a temp dir."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    path = tempfile.mkdtemp(prefix="hf-tpu-demo-")
+    char_tokenizer().save_pretrained(path)
     config = Qwen3Config(
         vocab_size=258,
         hidden_size=128,

@@ -15,6 +15,21 @@ from types import ModuleType
 
 _hooks: dict[str, list[Callable[[ModuleType], None]]] = {}
 _lock = threading.RLock()
+# Modules that were mid-import when a hook was attached (e.g. `import accelerate` imports torch, whose autoload
+# installs hf-tpu, while accelerate.accelerator is still executing): their hooks run once they have finished.
+_pending: dict[str, ModuleType] = {}
+
+
+def _initializing(module: ModuleType) -> bool:
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _run_finished() -> None:
+    with _lock:
+        for name, module in list(_pending.items()):
+            if not _initializing(module):
+                del _pending[name]
+                _run(module)
 
 
 class _Loader(importlib.abc.Loader):
@@ -27,6 +42,8 @@ class _Loader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         self.wrapped.exec_module(module)
         _run(module)
+        if _pending:
+            _run_finished()
 
     def __getattr__(self, name: str) -> object:  # get_source, is_package, ... for tools that ask
         return getattr(self.wrapped, name)
@@ -34,6 +51,8 @@ class _Loader(importlib.abc.Loader):
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):  # noqa: ANN001, ANN201
+        if _pending:
+            _run_finished()  # the next import after a pending module finished
         if fullname not in _hooks:
             return None
         for finder in sys.meta_path:
@@ -68,5 +87,8 @@ def when_imported(name: str, hook: Callable[[ModuleType], None]) -> None:
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
         module = sys.modules.get(name)
+        if module is not None and _initializing(module):
+            _pending[name] = module
+            return
     if module is not None:
         _run(module)

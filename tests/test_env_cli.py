@@ -40,3 +40,13 @@ def test_env_text_and_info_and_version():
     assert info.stdout.strip() == f"hf-tpu {hf_tpu.__version__}: backend emulated", info.stdout
     assert hf_tpu_cli("info", emulate=False).stdout.strip() == f"hf-tpu {hf_tpu.__version__}: backend none"
     assert hf_tpu_cli("--version").stdout.strip() == f"hf-tpu {hf_tpu.__version__}"
+
+
+def test_transformers_env_names_the_tpu():
+    """P2: `transformers env` printed the accelerator as "NA" on a TPU and no device row."""
+    from transformers.cli.system import env
+
+    info = env()  # this process runs on the emulated TPU (tests/conftest.py)
+    assert info["PyTorch version (accelerator?)"].endswith("(TPU)"), info
+    assert info["TPU type"].startswith(torch.tpu.get_device_name()) and "1 chip(s)" in info["TPU type"]
+    assert info["hf-tpu version"].startswith(hf_tpu.__version__)

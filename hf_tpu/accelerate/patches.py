@@ -10,6 +10,8 @@ import torch
 
 from .._backend import on_tpu
 from ..fixes import Fix, install_patches
+from . import multi_chip
+from .multi_chip import add_enum_member
 
 
 class TpuGenerators:
@@ -43,18 +45,6 @@ def checkpoint_rng_through_generators(module: ModuleType) -> None:
     module.get_torch_accelerator_backend = _tpu_rng_backend(module.get_torch_accelerator_backend)
 
 
-def _tpu_member(enum: Any) -> Any:
-    """``DynamoBackend("TPU")``: the "tpu" Dynamo backend as a member of accelerate's enum (which lists only
-    the backends it knows: 'TPU' is not a valid DynamoBackend)."""
-    if "TPU" not in enum._value2member_map_:
-        member = str.__new__(enum, "TPU")
-        member._name_, member._value_ = "TPU", "TPU"
-        member.__objclass__ = enum
-        enum._value2member_map_["TPU"] = member
-        enum._member_map_["TPU"] = member
-    return enum._value2member_map_["TPU"]
-
-
 def _plugin_post_init(original: Callable[..., Any]) -> Callable[..., Any]:
     def __post_init__(self: Any) -> None:  # noqa: N807
         original(self)
@@ -68,7 +58,7 @@ def _plugin_post_init(original: Callable[..., Any]) -> Callable[..., Any]:
 def dynamo_backend_tpu(module: ModuleType) -> None:
     """accelerate.utils.dataclasses: dynamo_backend="tpu" / torch_compile_backend="tpu" are accepted (TorchTPU's
     compile backend), with dynamic=False unless asked otherwise."""
-    _tpu_member(module.DynamoBackend)
+    add_enum_member(module.DynamoBackend, "TPU")
     plugin = module.TorchDynamoPlugin
     plugin.__post_init__ = _plugin_post_init(plugin.__post_init__)
 
@@ -93,6 +83,7 @@ PATCHES: tuple[Fix, ...] = (
     Fix.patch("A1", "accelerate.checkpointing", checkpoint_rng_through_generators),
     Fix.patch("A2", "accelerate.utils.dataclasses", dynamo_backend_tpu),
     Fix.patch("A2", "transformers.training_args", torch_compile_on_tpu),
+    *multi_chip.PATCHES,
 )
 
 

@@ -35,7 +35,9 @@ def compile_pipeline(pipe: Any, *, vae: bool = True, options: dict[str, Any] | N
 
     Compilation happens on the first call; use :func:`warm_up` to pay for it before serving.
     Returns the names of the compiled modules, e.g. ``["transformer", "vae.decoder"]``.
-    ``options`` are the TPU backend's (e.g. ``{"async_compile": True}``).
+    ``options`` are the TPU backend's (e.g. ``{"serializable": False}``). Not ``async_compile``: with it the
+    first call of each compiled module only submits its compilation and raises ``AsyncCompilationSubmitted``
+    (on TorchTPU and on the emulator), which a pipeline call does not expect.
     """
     kwargs = COMPILE_KWARGS | ({"options": options} if options else {})
     name, denoiser = _denoiser(pipe)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 
 import torch
 
-from . import _build, compile, distributed, gaps, numerics
+from . import _build, compile, distributed, flex_attention, gaps, numerics
 from .device_module import build_module
 from .generations import Generation
 from .host_model import Host
@@ -32,4 +33,26 @@ def install(generation: Generation, capacity: int, host: Host) -> None:
     numerics.install(enabled=host.profile == "torch_tpu")
     gaps.install(host)
     compile.install()
+    flex_attention.install()  # as TorchTPU's import: flex_attention on tpu tensors runs as masked SDPA
     distributed.register()
+    _rebind_forked_children(core, module, generation, host.profile)
+
+
+def _rebind_forked_children(core, module, generation: Generation, profile: str) -> None:  # noqa: ANN001
+    """A process forked before it used its chip (``notebook_launcher``, multiprocessing with fork) reads its
+    binding (``LOCAL_RANK``, visible chips) from the environment at its first device use, as TorchTPU's runtime
+    initialises lazily in the child; one forked after it used the chip keeps the parent's."""
+    from . import host_model
+
+    def rebind() -> None:
+        child = host_model.from_env(generation, profile)
+        core.set_device_counts(child.usable, child.reported)
+        core.set_device_locks(child.lock_paths(), child.labels())
+        module._rebind(child)
+
+    def after_fork_in_child() -> None:
+        if not core.any_device_opened():
+            core.mark_forked()
+
+    core.set_rebind_hook(rebind)
+    os.register_at_fork(after_in_child=after_fork_in_child)

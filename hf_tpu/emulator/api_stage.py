@@ -38,20 +38,48 @@ def _is_compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+_ABSL_TRUE = ("1", "true", "t", "yes", "y")
+
+
+def _legacy_apis_allowed() -> bool:
+    """``TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS``, read once as TorchTPU reads it: an absl boolean (1/true/t/yes/y,
+    any case; anything else is false), announced as an experimental setting when set."""
+    value = os.environ.get("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS")
+    if value is None:
+        return False
+    warnings.warn(
+        f"{_PREFIX_EXPERIMENTAL} the TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS environment variable is an experimental "
+        "feature and may change or be removed without notice.",
+        UserWarning,
+        stacklevel=2,
+    )
+    return value.strip().lower() in _ABSL_TRUE
+
+
+_LEGACY_APIS_ALLOWED: bool | None = None
+
+
 def check_internal(name: str, replacement: str, *, depth: int = 1) -> None:
     """Raise TorchTPU's RuntimeError if ``torch.tpu.<name>`` was called from user code."""
     if _is_framework(_caller_module(depth + 1)) or _is_compiling():
         return
-    message = (
+    global _LEGACY_APIS_ALLOWED
+    if _LEGACY_APIS_ALLOWED is None:
+        _LEGACY_APIS_ALLOWED = _legacy_apis_allowed()
+    if _LEGACY_APIS_ALLOWED:
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(
+                f"{_PREFIX_INTERNAL} {name} is internal to TorchTPU and may change or be removed without notice. "
+                f"Use torch.accelerator.{replacement} instead.",
+                UserWarning,
+                stacklevel=depth + 2,
+            )
+        return
+    raise RuntimeError(
         f"{name} is internal to TorchTPU and can only be called by the PyTorch framework (torch and torch_tpu). "
         f"Use torch.accelerator.{replacement} instead."
     )
-    if os.environ.get("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS") == "1":
-        if name not in _warned:
-            _warned.add(name)
-            warnings.warn(f"{_PREFIX_INTERNAL} {message}", UserWarning, stacklevel=depth + 2)
-        return
-    raise RuntimeError(message)
 
 
 def internal(replacement: str) -> Callable[[F], F]:
@@ -70,18 +98,23 @@ def internal(replacement: str) -> Callable[[F], F]:
     return decorate
 
 
+def warn_experimental(name: str, *, depth: int = 1) -> None:
+    """The once-per-process warning of an experimental ``torch.tpu`` API, unless the caller is the framework."""
+    if name not in _warned and not _is_framework(_caller_module(depth + 1)):
+        _warned.add(name)
+        warnings.warn(
+            f"{_PREFIX_EXPERIMENTAL} torch.tpu.{name} is an experimental API and may change.",
+            UserWarning,
+            stacklevel=depth + 2,
+        )
+
+
 def experimental(fn: F) -> F:
     """Warn once per process when user code first calls an experimental ``torch.tpu`` API."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if fn.__name__ not in _warned and not _is_framework(_caller_module(1)):
-            _warned.add(fn.__name__)
-            warnings.warn(
-                f"{_PREFIX_EXPERIMENTAL} torch.tpu.{fn.__name__} is an experimental API and may change.",
-                UserWarning,
-                stacklevel=2,
-            )
+        warn_experimental(fn.__name__, depth=1)
         return fn(*args, **kwargs)
 
     wrapper.__tt_api_stage__ = "experimental"  # type: ignore[attr-defined]

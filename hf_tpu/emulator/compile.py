@@ -200,39 +200,78 @@ def _to_device(
     return view.set_(base.untyped_storage(), out.storage_offset(), out.size(), out.stride())
 
 
-_OPTION_TYPES: dict[str, tuple[type, ...]] = {
-    "async_compile": (bool,),
-    "num_dynamic_buckets": (int,),
-    "bucket_size": (int,),
-    "serializable": (bool,),
-    "custom_module_name": (str,),
-    "name": (str,),
-}
+MAX_DYNAMIC_BUCKETS = 8
 
 
-def _check_option_types(options: dict[str, Any]) -> None:
-    """A value of the wrong type (``"maybe"`` for a flag) is an error, not a silent truthy."""
-    for key, value in options.items():
-        if key == "debug_callback":
-            if value is not None and not callable(value):
-                raise TypeError(f"options['debug_callback']={value!r} must be a callable (or None).")
-            continue
-        types = _OPTION_TYPES.get(key)
-        if types and (not isinstance(value, types) or (types == (int,) and isinstance(value, bool))):
-            raise TypeError(
-                f"options[{key!r}]={value!r} for the 'tpu' backend must be a {types[0].__name__}, "
-                f"e.g. options={{{key!r}: {_OPTION_EXAMPLES[key]!r}}}."
-            )
+class AsyncCompilationSubmitted(Exception):  # noqa: N818  (TorchTPU's name)
+    """Raised by the first call of a graph compiled with ``options={"async_compile": True}``, as on TorchTPU:
+    that call only submits the (background) compilation and does not run; call again for the result."""
+
+    def __init__(self, artifact: Any = None) -> None:
+        super().__init__()
+        self.artifact = artifact
+
+    def resolve(self) -> None:
+        """Wait for the compilation (the emulator compiles synchronously: nothing to wait for)."""
 
 
-_OPTION_EXAMPLES = {
-    "async_compile": False,
-    "num_dynamic_buckets": 2,
-    "bucket_size": 64,
-    "serializable": True,
-    "custom_module_name": "decoder",
-    "name": "decoder",
-}
+@dataclass
+class TpuCompileDebug:
+    """What ``options={"debug_callback": fn}`` hands ``fn`` after the forward graph compiles (TorchTPU's fields;
+    the emulator lowers to CPU code, not StableHLO, so the StableHLO lists stay empty)."""
+
+    pre_autograd_fx_code: list[str] = field(default_factory=list)
+    pre_autograd_fx_readable: list[str] = field(default_factory=list)
+    post_autograd_fx_forward_code: list[str] = field(default_factory=list)
+    post_autograd_fx_forward_readable: list[str] = field(default_factory=list)
+    post_autograd_fx_backward_code: list[str] = field(default_factory=list)
+    post_autograd_fx_backward_readable: list[str] = field(default_factory=list)
+    stablehlo_forward_text: list[str] = field(default_factory=list)
+    stablehlo_backward_text: list[str] = field(default_factory=list)
+    compiled_executables: list[Any] = field(default_factory=list)
+
+
+def _parse_options(options: dict[str, Any]) -> tuple[bool, Callable[..., Any] | None]:
+    """TorchTPU's option rules: bucket settings and the callback validated, anything else read as given and
+    unknown keys ignored (hf-tpu warns about those: a misspelt option would otherwise do nothing)."""
+    buckets = options.get("num_dynamic_buckets", 1)
+    buckets = 1 if buckets is None else buckets
+    if not isinstance(buckets, int) or not 1 <= buckets <= MAX_DYNAMIC_BUCKETS:
+        raise ValueError(f"`num_dynamic_buckets` must be an integer between 1 and {MAX_DYNAMIC_BUCKETS}, got {buckets}")
+    bucket_size = options.get("bucket_size", 128)
+    bucket_size = 128 if bucket_size is None else bucket_size
+    if not isinstance(bucket_size, int) or bucket_size <= 0:
+        raise ValueError(f"`bucket_size` must be a positive integer, got {bucket_size}")
+    callback = options.get("debug_callback")
+    if callback is not None and not callable(callback):
+        raise TypeError("'debug_callback' must be callable")
+    unknown = sorted(set(options) - ALLOWED_OPTIONS)
+    if unknown:
+        import warnings
+
+        warnings.warn(
+            f"hf-tpu: the 'tpu' compile backend ignores the unknown option(s) {unknown}, as TorchTPU does; the "
+            f"options it reads are {sorted(ALLOWED_OPTIONS)}.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return bool(options.get("async_compile", False)), callback
+
+
+def _first_call_submits(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    submitted = False
+
+    def call(*args: Any) -> Any:
+        nonlocal submitted
+        if not submitted:
+            submitted = True
+            raise AsyncCompilationSubmitted()
+        return compiled(*args)
+
+    for attr in ("serialize", "zero_grad"):
+        if hasattr(compiled, attr):
+            setattr(call, attr, getattr(compiled, attr))
+    return call
 
 
 class TpuBackend:
@@ -249,15 +288,7 @@ class TpuBackend:
                 f"(e.g. torch.compile(m, backend='tpu', options={{'async_compile': False}})); mode= other than "
                 "'default' is not supported on TPU."
             )
-        unknown = set(options) - ALLOWED_OPTIONS
-        if unknown:
-            raise TypeError(
-                f"Unknown options {sorted(unknown)} for the 'tpu' backend; allowed: {sorted(ALLOWED_OPTIONS)}."
-            )
-        _check_option_types(options)
-        buckets = options.get("num_dynamic_buckets", 1)
-        if not isinstance(buckets, int) or not 1 <= buckets <= 8:
-            raise ValueError(f"options['num_dynamic_buckets']={buckets!r} must be an int between 1 and 8.")
+        async_compile, callback = _parse_options(options)
         if not torch._dynamo.config.assume_static_by_default:
             raise NotImplementedError(
                 "TPU backend does not support torch.compile(..., dynamic=True, ...). Use dynamic=False (the default "
@@ -268,16 +299,32 @@ class TpuBackend:
 
         _guard_input_storage_offsets(gm)
         use_inductor = _cxx_available()
-        compiler = functools.partial(_graph_compiler, use_inductor=use_inductor)
-        return aot_autograd(
-            fw_compiler=compiler,
-            bw_compiler=compiler,
+        debug = TpuCompileDebug() if callback is not None else None
+        if debug is not None:
+            debug.pre_autograd_fx_code.append(gm.code)
+            debug.pre_autograd_fx_readable.append(gm.print_readable(print_output=False))
+
+        def compiler(forward: bool, graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> _CompiledGraph:
+            compiled = _graph_compiler(graph, inputs, use_inductor=use_inductor)
+            if debug is not None:
+                side = "forward" if forward else "backward"
+                getattr(debug, f"post_autograd_fx_{side}_code").append(graph.code)
+                getattr(debug, f"post_autograd_fx_{side}_readable").append(graph.print_readable(print_output=False))
+                debug.compiled_executables.append(compiled)
+                if forward:
+                    callback(debug)  # type: ignore[misc]  (TorchTPU calls it once the forward graph compiled)
+            return compiled
+
+        compiled = aot_autograd(
+            fw_compiler=functools.partial(compiler, True),
+            bw_compiler=functools.partial(compiler, False),
             partition_fn=min_cut_rematerialization_partition,
             # TorchTPU applies input mutations outside the graph (False). Here Inductor applies them in
             # place on the CPU aliases, i.e. in device memory, which saves copying a whole static KV
             # cache back after every decode step (1.1x -> 1.5x eager in bench/generate.py).
             keep_inference_input_mutations=True,
         )(gm, example_inputs)
+        return _first_call_submits(compiled) if async_compile else compiled
 
 
 def _guard_input_storage_offsets(gm: torch.fx.GraphModule) -> None:
@@ -352,9 +399,27 @@ def _register_device_interface() -> None:
     di.register_interface_for_device("tpu", EmulatedTpuInterface)
 
 
+def _dynamo_settings() -> None:
+    """What importing TorchTPU's compile package sets for every torch.compile in the process: Dynamo traces
+    through RNNs and autograd ops, and tpu RNG is functionalised graph-safely in AOTAutograd."""
+    import torch._dynamo.config
+    import torch._functorch.config
+    from torch._functorch._aot_autograd import utils as aot_utils
+
+    for name in ("trace_autograd_ops", "allow_rnn"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, True)
+    if hasattr(aot_utils, "register_graphsafe_rng_device_type"):
+        aot_utils.register_graphsafe_rng_device_type("privateuseone")
+        aot_utils._GRAPHSAFE_RNG_DEVICE_TYPES.add("tpu")
+        torch._functorch.config.graphsafe_rng_functionalization = True
+        torch._functorch.config.functionalize_rng_ops = False
+
+
 def _register_with_dynamo(_module: Any = None) -> None:
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
+    _dynamo_settings()
     _register_device_interface()
     if not isinstance(_COMPILER_FNS.get("tpu"), TpuBackend):
         _COMPILER_FNS.pop("tpu", None)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from . import _build, compile, numerics
-from .api_stage import check_internal, experimental, internal
+from .api_stage import check_internal, experimental, internal, warn_experimental
 from .generations import Generation, format_bytes
 from .host_model import Host
 
@@ -57,7 +57,7 @@ PUBLIC_NAMES = (
     "allow_excess_precision",
     "topology_aware_mesh",
 )
-SUBMODULES = ("compiler", "distributed", "pallas", "profiler")
+SUBMODULES = ("compiler", "distributed", "ops", "optimizers", "pallas", "profiler")
 
 _AMP_DTYPES = [
     torch.bfloat16,
@@ -89,6 +89,7 @@ class EagerMode(enum.Enum):
     DEFER_AND_FUSE = "DEFER_AND_FUSE"
     DEFER_NEVER = "DEFER_NEVER"
     DEFER_NEVER_AND_LAUNCH_BLOCKING = "DEFER_NEVER_AND_LAUNCH_BLOCKING"
+    _INTERNAL_COMPILE_FX_GRAPH = "INTERNAL_COMPILE_FX_GRAPH"  # TorchTPU's export path; accepted, runs eagerly
 
 
 class Precision(enum.Enum):
@@ -181,6 +182,22 @@ class TpuEvent(torch.Event):
         raise NotImplementedError("TpuEvent.from_ipc_handle is not supported on TPU.")
 
 
+class device_of:  # noqa: N801  (TorchTPU's name: a class, as torch.cuda.device_of)
+    """Context manager: the device of ``obj`` (a tensor or storage) while inside; a no-op off the TPU. Each
+    process owns one chip, so there is nothing to switch to."""
+
+    def __init__(self, obj: Any) -> None:
+        warn_experimental("device_of")
+        on_tpu = getattr(obj, "is_tpu", False) or getattr(getattr(obj, "device", None), "type", None) == "tpu"
+        self.idx = obj.get_device() if on_tpu else -1
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 class device:  # noqa: N801  (TorchTPU's name)
     """Context manager selecting the device; only the process's own chip is valid (internal on TorchTPU)."""
 
@@ -221,6 +238,7 @@ class TpuModule(types.ModuleType):
         self.EagerMode = EagerMode
         self.Precision = Precision
         self.device = device
+        self.device_of = device_of
 
     def __dir__(self) -> list[str]:
         return list(self.__all__)
@@ -244,8 +262,14 @@ class TpuModule(types.ModuleType):
     def allow_excess_precision(self, value: bool) -> None:
         self._allow_excess_precision = bool(value)
 
+    def _rebind(self, host: Host) -> None:
+        """A forked child's own view of the host (its chip), read at its first device use."""
+        self._host = host
+        self._default_generators = None
+
     @property
     def default_generators(self) -> tuple[torch.Generator, ...]:
+        _build.load().device_counts()  # a forked child binds to its chip first
         if self._default_generators is None:
             core = _build.load()
             self._default_generators = tuple(core.default_generator(i) for i in range(self._host.usable))
@@ -258,7 +282,7 @@ class TpuModule(types.ModuleType):
 
     @internal("device_count")
     def device_count(self) -> int:
-        return self._host.reported
+        return _build.load().device_counts()[1]  # a forked child binds to its chip first
 
     @internal("current_device_index")
     def current_device(self) -> int:
@@ -367,11 +391,6 @@ class TpuModule(types.ModuleType):
 
     @experimental
     @contextlib.contextmanager
-    def device_of(self, obj: Any) -> Iterator[None]:
-        yield  # one chip per process: nothing to switch
-
-    @experimental
-    @contextlib.contextmanager
     def set_eager_mode(self, mode: EagerMode) -> Iterator[None]:
         previous = self._eager_mode
         self.eager_mode = mode
@@ -394,7 +413,14 @@ class TpuModule(types.ModuleType):
         with numerics.scoped(mode.value):
             yield
 
-    def topology_aware_mesh(self, mesh_shape: Any, **kwargs: Any) -> torch.Tensor:
+    def topology_aware_mesh(
+        self,
+        mesh_shape: Any,
+        *,
+        dcn_mesh_shape: Any = None,
+        allow_split_physical_axes: bool = False,
+        contiguous_submeshes: bool = False,
+    ) -> torch.Tensor:
         import warnings
 
         warnings.warn(
@@ -403,7 +429,12 @@ class TpuModule(types.ModuleType):
             DeprecationWarning,
             stacklevel=2,
         )
-        return self.distributed.topology_aware_mesh(mesh_shape, **kwargs)
+        return self.distributed.topology_aware_mesh(
+            mesh_shape,
+            dcn_mesh_shape=dcn_mesh_shape,
+            allow_split_physical_axes=allow_split_physical_axes,
+            contiguous_submeshes=contiguous_submeshes,
+        )
 
     # ---- private members PyTorch itself calls ----
     def _lazy_init(self) -> None:
@@ -476,11 +507,13 @@ class TpuModule(types.ModuleType):
 
 def build_module(generation: Generation, capacity: int, host: Host) -> TpuModule:
     """Create ``torch.tpu`` and its submodules."""
-    from . import pallas, submodules
+    from . import pallas, submodules, tpu_ops, tpu_optimizers
 
     builders = {
         "compiler": submodules.build_compiler,
         "distributed": submodules.build_distributed,
+        "ops": tpu_ops.build_module,
+        "optimizers": tpu_optimizers.build_module,
         "pallas": pallas.build_module,
         "profiler": submodules.build_profiler,
     }

@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import collections.abc
 import enum
+import functools
 import inspect
+import math
 import re
 import types
 import typing
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from . import _build
+from .api_stage import warn_experimental
 
 _NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]\w*$")
-_STATIC_SCHEMA = {bool: "bool", int: "int", float: "float", str: "str", torch.dtype: "ScalarType"}
+# TorchTPU's schema types for static (non-tensor) parameters: ints are SymInt, as for torch's own ops.
+_STATIC_SCHEMA = {bool: "bool", int: "SymInt", float: "float", str: "str", torch.dtype: "ScalarType",
+                  torch.device: "Device"}  # fmt: skip
 
 
 def _require_jax() -> Any:
@@ -38,7 +44,7 @@ def _require_jax() -> Any:
 
 
 def _kind(annotation: Any, jax: Any) -> tuple[str, str]:
-    """(kind, schema type) of a parameter annotation: kind is "tensor", "tensor?", "tensors" or "static"."""
+    """(kind, schema type) of a parameter annotation: kind is "tensor", "tensor?", "tensors", "enum" or "static"."""
     tensor_types = (jax.Array, torch.Tensor)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -48,6 +54,8 @@ def _kind(annotation: Any, jax: Any) -> tuple[str, str]:
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1 and rest[0] in tensor_types:
             return "tensor?", "Tensor?"
+    if origin in (typing.Union, types.UnionType) and set(args) <= {int, float} and len(args) == 2:
+        return "static", "Scalar"
     if origin in (list, tuple, collections.abc.Sequence) and args and args[0] in tensor_types:
         return "tensors", "Tensor[]"
     if annotation in _STATIC_SCHEMA:
@@ -57,16 +65,22 @@ def _kind(annotation: Any, jax: Any) -> tuple[str, str]:
     if origin is typing.Literal:
         return "static", _STATIC_SCHEMA.get(type(args[0]), "str")
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        raise ValueError(f"Enum parameters ({annotation.__name__}) are not supported by the emulated jax_op yet.")
+        return "enum", "SymInt"  # the member's position, as an int (TorchTPU passes Enums as SymInt too)
     raise ValueError(f"unsupported annotation {annotation!r}")
 
 
 def _returns(annotation: Any, jax: Any) -> tuple[str, int | None]:
-    """Schema of the return annotation and the number of tensors (None: a single tensor)."""
+    """Schema of the return annotation and the number of tensors (None: a single tensor, 0: nothing)."""
     tensor_types = (jax.Array, torch.Tensor)
     if annotation in tensor_types:
         return "Tensor", None
+    if annotation is None or annotation is type(None):
+        return "()", 0
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and rest[0] in tensor_types:
+            return "Tensor?", None
     if origin is tuple and args and all(a in tensor_types for a in args) and Ellipsis not in args:
         return "(" + ", ".join("Tensor" for _ in args) + ")", len(args)
     if origin in (list, tuple, collections.abc.Sequence) and args and args[0] in tensor_types:
@@ -88,36 +102,74 @@ def _to_torch(a: Any, device: torch.device) -> torch.Tensor:
     )
 
 
-class JaxOp:
-    """A jitted JAX function registered as a torch custom op (what ``jax_op`` returns)."""
+@dataclass
+class _Param:
+    name: str
+    kind: str  # "tensor", "tensor?", "tensors", "enum", "static"
+    keyword: bool  # keyword-only
+    enum: type[enum.Enum] | None = None
+
+
+class _JaxCustomOpDef(torch._library.custom_ops.CustomOpDef):
+    """What ``jax_op`` returns, as on TorchTPU: a torch custom op (``register_autograd``, ``register_fake``,
+    ``torch.compile``) whose call also accepts the Enum members its JAX function takes."""
+
+    _jax_params: list[_Param]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        positional = [p for p in self._jax_params if not p.keyword]
+        args = tuple(_enum_to_int(a, p) for a, p in zip(args, positional, strict=False)) + args[len(positional) :]
+        by_name = {p.name: p for p in self._jax_params}
+        kwargs = {k: _enum_to_int(v, by_name[k]) if k in by_name else v for k, v in kwargs.items()}
+        return super().__call__(*args, **kwargs)
+
+
+def _enum_to_int(value: Any, param: _Param) -> Any:
+    if param.kind == "enum" and isinstance(value, enum.Enum):
+        return list(type(value)).index(value)
+    return value
+
+
+class _JaxFunction:
+    """The jitted JAX function behind one op, and the conversions between its arguments and the op's."""
 
     def __init__(self, name: str, fn: Callable[..., Any], donate_argnums: Sequence[int], mesh: Any) -> None:
         jax = _require_jax()
         if not _NAME.match(name):
             raise ValueError(f"jax_op: name must be 'namespace::op_name' with exactly one '::', got {name!r}.")
+        label = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", repr(fn))
         sig = inspect.signature(fn)
-        hints = typing.get_type_hints(fn)
-        self.params: list[tuple[str, str]] = []
-        schema_args = []
+        hints = typing.get_type_hints(fn.func if isinstance(fn, functools.partial) else fn)
+        self.params: list[_Param] = []
+        schema_args, star = [], False
+        bound = fn.keywords if isinstance(fn, functools.partial) else {}
         for p in sig.parameters.values():
+            if p.name in bound:
+                continue  # fixed by functools.partial: not a parameter of the op (as on TorchTPU)
             if p.name not in hints:
                 raise ValueError(
-                    f"jax_op {name!r}: parameter {p.name!r} of {fn.__name__} has no type annotation; annotate "
+                    f"jax_op {name!r}: parameter {p.name!r} of {label} has no type annotation; annotate "
                     "tensors as jax.Array and static values as int/float/bool/str."
                 )
             try:
                 kind, schema = _kind(hints[p.name], jax)
             except ValueError as err:
                 raise ValueError(f"jax_op {name!r}: parameter {p.name!r}: {err}") from None
-            self.params.append((p.name, kind))
+            keyword = p.kind is inspect.Parameter.KEYWORD_ONLY
+            self.params.append(_Param(p.name, kind, keyword, hints[p.name] if kind == "enum" else None))
             default = ""
             if p.default is not inspect.Parameter.empty:
-                default = "=None" if p.default is None else f"={p.default!r}"
+                value = p.default
+                value = list(type(value)).index(value) if isinstance(value, enum.Enum) else value
+                default = "=None" if value is None else f"={value!r}"
+            if keyword and not star:
+                schema_args.append("*")
+                star = True
             schema_args.append(f"{schema} {p.name}{default}")
         if "return" not in hints:
-            raise ValueError(f"jax_op {name!r}: {fn.__name__} needs a return annotation (jax.Array or a tuple).")
+            raise ValueError(f"jax_op {name!r}: {label} needs a return annotation (jax.Array or a tuple).")
         ret_schema, self.n_out = _returns(hints["return"], jax)
-        tensor_positions = [i for i, (_, k) in enumerate(self.params) if k != "static"]
+        tensor_positions = [i for i, p in enumerate(self.params) if p.kind.startswith("tensor")]
         for i in donate_argnums:
             if i not in tensor_positions:
                 raise ValueError(f"jax_op {name!r}: donate_argnums contains {i}, which is not a tensor parameter.")
@@ -126,69 +178,72 @@ class JaxOp:
                 "jax_op(mesh=...) is not emulated: the emulated TPU runs JAX on one CPU device per process. Call the "
                 "op on each rank's local shard instead."
             )
-        self.name = name
-        static = [i for i, (_, k) in enumerate(self.params) if k == "static"]
-        self.jitted = jax.jit(fn, static_argnums=static, keep_unused=True)
+        static_pos = [i for i, p in enumerate(self.params) if not p.keyword and not p.kind.startswith("tensor")]
+        static_names = [p.name for p in self.params if p.keyword and not p.kind.startswith("tensor")]
+        self.jitted = jax.jit(fn, static_argnums=static_pos, static_argnames=static_names, keep_unused=True)
         self.schema = f"({', '.join(schema_args)}) -> {ret_schema}"
-        self.op = torch.library.custom_op(name, self._impl, mutates_args=(), schema=self.schema)
-        self.op.register_fake(self._fake)
 
-    def _device(self, args: Sequence[Any]) -> torch.device:
-        for a, (_, kind) in zip(args, self.params, strict=False):
-            if isinstance(a, torch.Tensor):
-                return a.device
-            if kind == "tensors" and a:
-                return a[0].device
+    def _device(self, values: Sequence[Any]) -> torch.device:
+        for value in values:
+            if isinstance(value, torch.Tensor):
+                return value.device
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+                return value[0].device
         return torch.device("cpu")
 
-    def _jax_args(self, args: Sequence[Any], jax: Any, convert: Callable[[Any], Any]) -> list[Any]:
-        out = []
-        for a, (_, kind) in zip(args, self.params, strict=False):
-            if kind in ("tensor", "tensor?"):
-                out.append(convert(a))
-            elif kind == "tensors":
-                out.append([convert(t) for t in a])
-            elif isinstance(a, torch.dtype):
-                out.append(jax.numpy.dtype(str(a).removeprefix("torch.")))
-            else:
-                out.append(tuple(a) if isinstance(a, list) else a)
-        return out
+    def _convert(self, value: Any, param: _Param, jax: Any, tensor: Callable[[Any], Any]) -> Any:
+        if param.kind in ("tensor", "tensor?"):
+            return tensor(value)
+        if param.kind == "tensors":
+            return [tensor(t) for t in value]
+        if param.kind == "enum":
+            return list(param.enum)[int(value)]  # type: ignore[arg-type]
+        if isinstance(value, torch.dtype):
+            return jax.numpy.dtype(str(value).removeprefix("torch."))
+        if isinstance(value, torch.SymInt):
+            return int(value)
+        return tuple(int(v) if isinstance(v, torch.SymInt) else v for v in value) if isinstance(value, list) else value
+
+    def _call(self, args: Sequence[Any], kwargs: dict[str, Any], tensor: Callable[[Any], Any]) -> Any:
+        jax = _require_jax()
+        positional = [p for p in self.params if not p.keyword]
+        by_name = {p.name: p for p in self.params}
+        jax_args = [self._convert(a, p, jax, tensor) for a, p in zip(args, positional, strict=False)]
+        jax_kwargs = {k: self._convert(v, by_name[k], jax, tensor) for k, v in kwargs.items()}
+        return jax_args, jax_kwargs
 
     def _outputs(self, result: Any) -> Any:
-        if self.n_out is None:
-            return result
+        if self.n_out is None or self.n_out == 0:
+            return result if self.n_out is None else None
         return tuple(result) if self.n_out > 0 else list(result)
 
-    def _impl(self, *args: Any) -> Any:
+    def impl(self, *args: Any, **kwargs: Any) -> Any:
         jax = _require_jax()
-        device = self._device(args)
-        result = self.jitted(*self._jax_args(args, jax, lambda t: _to_jax(t, jax)))
+        device = self._device([*args, *kwargs.values()])
+        jax_args, jax_kwargs = self._call(args, kwargs, lambda t: _to_jax(t, jax))
+        result = self.jitted(*jax_args, **jax_kwargs)
+        if result is None:
+            return None
         leaves, tree = jax.tree_util.tree_flatten(result)
         tensors = [_to_torch(leaf, device) for leaf in leaves]
         return self._outputs(jax.tree_util.tree_unflatten(tree, tensors))
 
-    def _fake(self, *args: Any) -> Any:
+    def fake(self, *args: Any, **kwargs: Any) -> Any:
         jax = _require_jax()
-        device = self._device(args)
+        device = self._device([*args, *kwargs.values()])
 
         def spec(t: torch.Tensor | None) -> Any:
             if t is None:
                 return None
             return jax.ShapeDtypeStruct(tuple(t.shape), jax.numpy.dtype(str(t.dtype).removeprefix("torch.")))
 
-        shapes = jax.eval_shape(self.jitted, *self._jax_args(args, jax, spec))
+        jax_args, jax_kwargs = self._call(args, kwargs, spec)
+        shapes = jax.eval_shape(self.jitted, *jax_args, **jax_kwargs)
+        if shapes is None:
+            return None
         leaves, tree = jax.tree_util.tree_flatten(shapes)
         tensors = [torch.empty(s.shape, dtype=getattr(torch, str(s.dtype)), device=device) for s in leaves]
         return self._outputs(jax.tree_util.tree_unflatten(tree, tensors))
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.op(*args, **kwargs)
-
-    def register_autograd(self, *args: Any, **kwargs: Any) -> None:
-        self.op.register_autograd(*args, **kwargs)
-
-    def register_fake(self, fn: Callable[..., Any]) -> None:
-        self.op.register_fake(fn)
 
 
 def jax_op(
@@ -201,16 +256,55 @@ def jax_op(
     input_partition_specs: Any = None,
     output_partition_specs: Any = None,
 ) -> Any:
-    """Register ``fn`` (a JAX function with annotated parameters) as the torch op ``name``; decorator or call."""
+    """Register ``fn`` (a JAX function with annotated parameters) as the torch op ``name``; decorator or call.
 
-    def register(f: Callable[..., Any]) -> JaxOp:
-        return JaxOp(name, f, tuple(donate_argnums or ()), mesh)
+    Returns a ``torch.library`` custom op (a ``CustomOpDef``), as TorchTPU does."""
+
+    def register(f: Callable[..., Any]) -> _JaxCustomOpDef:
+        function = _JaxFunction(name, f, tuple(donate_argnums or ()), mesh)
+        op = torch.library.custom_op(name, function.impl, mutates_args=(), schema=function.schema)
+        op.register_fake(function.fake)
+        op.__class__ = _JaxCustomOpDef  # adds the Enum conversion; a CustomOpDef in every other respect
+        op._jax_params = function.params
+        op._jax_function = function
+        return op
 
     return register if fn is None else register(fn)
+
+
+def get_pallas_mesh(
+    axis_names: Sequence[str] | str,
+    mesh_shape: Sequence[int] | None = None,
+    process_group: Any = None,
+) -> Any:
+    """A ``jax.sharding.Mesh`` over the job's ranks, for Pallas kernels that communicate (TorchTPU's checks).
+
+    The emulated TPU runs JAX on one CPU device per process, so a mesh can span one rank only."""
+    import torch.distributed as dist
+
+    jax = _require_jax()
+    warn_experimental("pallas.get_pallas_mesh")
+    if not dist.is_initialized():
+        raise RuntimeError("torch.tpu.pallas.get_pallas_mesh needs torch.distributed to be initialized.")
+    names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
+    world = dist.get_world_size(process_group)
+    shape = (world,) if mesh_shape is None else tuple(mesh_shape)
+    if mesh_shape is None and len(names) != 1:
+        raise ValueError(f"mesh_shape is required for {len(names)} axes {names}.")
+    if len(shape) != len(names) or math.prod(shape) != world:
+        raise ValueError(f"mesh_shape {shape} must have one size per axis {names} and {world} devices in all.")
+    if world != 1:
+        raise NotImplementedError(
+            "get_pallas_mesh over several ranks is not emulated: each emulated process runs JAX on one CPU device."
+        )
+    import numpy as np
+
+    return jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(shape), names)
 
 
 def build_module() -> types.ModuleType:
     mod = types.ModuleType("torch.tpu.pallas", __doc__)
     mod.jax_op = jax_op
-    mod.__all__ = ["jax_op"]
+    mod.get_pallas_mesh = get_pallas_mesh
+    mod.__all__ = ["get_pallas_mesh", "jax_op"]
     return mod

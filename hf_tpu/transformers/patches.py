@@ -181,6 +181,39 @@ def pipeline_default_device(module: ModuleType) -> None:
     module.Pipeline.__init__ = _pipeline_init(module.Pipeline.__init__)
 
 
+# ---- P2: `transformers env` names the TPU ---------------------------------------------------
+def _tpu_rows(info: dict[str, Any]) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    key = "PyTorch version (accelerator?)"
+    info[key] = info[key].replace("(NA)", "(TPU)")
+    name = torch.tpu.get_device_name()  # TorchTPU's public (experimental) name, e.g. "TPU v6e"
+    info["Using TPU in script?"] = "<fill in>"
+    info["TPU type"] = f"{name}, {torch.accelerator.device_count()} chip(s) visible to this process"
+    info["torch-tpu version"] = installed("torch-tpu")
+    info["hf-tpu version"] = f"{installed('hf-tpu')} (`hf-tpu env` has the rest: chips, settings, fixes)"
+
+
+def environment_names_the_tpu(module: ModuleType) -> None:
+    """transformers.cli.system: `transformers env` names the TPU, its chips and the TorchTPU / hf-tpu versions
+    (it listed CUDA, XPU, NPU and HPU only and printed the accelerator as "NA")."""
+    original = module._format_dict
+
+    @functools.wraps(original)
+    def _format_dict(d: dict) -> str:
+        if "PyTorch version (accelerator?)" in d and on_tpu():
+            _tpu_rows(d)  # in place: env() also returns this dict
+        return original(d)
+
+    module._format_dict = _format_dict
+
+
 PATCHES: tuple[Fix, ...] = (
     Fix.patch("G2", "transformers.integrations.accelerate", max_memory_tpu_keys),
     Fix.patch("G1", "transformers.modeling_utils", auto_offload_report),
@@ -189,6 +222,7 @@ PATCHES: tuple[Fix, ...] = (
     Fix.patch("G18", "transformers.generation.continuous_batching.utils", memory_breakdown_utils),
     Fix.patch("G18", "transformers.generation.continuous_batching.cache", memory_breakdown_cache),
     Fix.patch("P1", "transformers.pipelines.base", pipeline_default_device),
+    Fix.patch("P2", "transformers.cli.system", environment_names_the_tpu),
 )
 
 

@@ -62,14 +62,40 @@ def test_dynamic_true_is_refused():
         torch.compile(_f, backend="tpu", dynamic=True)(torch.randn(4, 4, device="tpu"), torch.randn(4, 4, device="tpu"))
 
 
-def test_only_options_are_accepted():
+def test_only_options_are_accepted_and_unknown_keys_ignored_as_on_torch_tpu():
     x = torch.randn(4, 4, device="tpu")
     with pytest.raises(Exception, match="accepts only options="):
         torch.compile(_f, backend="tpu", mode="max-autotune")(x, x)
-    with pytest.raises(Exception, match="Unknown options"):
-        torch.compile(_f, backend="tpu", options={"triton.cudagraphs": True})(x, x)
-    torch.compile(_f, backend="tpu", options={"async_compile": False})(x, x)
+    with pytest.warns(UserWarning, match=r"ignores the unknown option\(s\) \['triton.cudagraphs'\]"):
+        torch.compile(_f, backend="tpu", options={"triton.cudagraphs": True})(x, x)  # TorchTPU ignores it too
+    for bad, error in [({"num_dynamic_buckets": 0}, ValueError), ({"bucket_size": 0}, ValueError),
+                       ({"debug_callback": 3}, TypeError)]:  # fmt: skip
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=f"{error.__name__}: "):  # Dynamo wraps what the backend raised
+            torch.compile(_f, backend="tpu", options=bad)(x, x)
+    torch.compile(_f, backend="tpu", options={"async_compile": False, "num_dynamic_buckets": None})(x, x)
     torch.compile(_f, backend="tpu", mode="default")(x, x)
+
+
+def test_async_compile_first_call_only_submits_as_on_torch_tpu():
+    """options={"async_compile": True}: the first call after a compile raises AsyncCompilationSubmitted (the
+    call submitted the compilation and did not run), later calls run."""
+    from hf_tpu.emulator.compile import AsyncCompilationSubmitted
+
+    torch._dynamo.reset()
+    x = torch.randn(4, 4, device="tpu")
+    compiled = torch.compile(_f, backend="tpu", options={"async_compile": True})
+    with pytest.raises(AsyncCompilationSubmitted):
+        compiled(x, x)
+    torch.testing.assert_close(compiled(x, x).cpu(), _f(x, x).cpu())
+
+
+def test_debug_callback_gets_the_graphs():
+    torch._dynamo.reset()
+    seen = []
+    x = torch.randn(4, 4, device="tpu")
+    torch.compile(_f, backend="tpu", options={"debug_callback": seen.append})(x, x)
+    assert len(seen) == 1 and seen[0].pre_autograd_fx_code and seen[0].post_autograd_fx_forward_code
 
 
 def test_inductor_with_tpu_inputs_is_refused_and_default_picks_tpu():

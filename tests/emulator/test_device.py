@@ -8,6 +8,8 @@ import warnings
 import pytest
 import torch
 
+from tests.conftest import run_python
+
 
 def test_accelerator_answers_like_torchtpu():
     assert torch.accelerator.current_accelerator() == torch.device("tpu")
@@ -49,7 +51,8 @@ TORCH_TPU_PUBLIC_NAMES = {
 
 def test_public_names_exactly():
     assert len(TORCH_TPU_PUBLIC_NAMES) == 30
-    assert set(dir(torch.tpu)) == TORCH_TPU_PUBLIC_NAMES | {"compiler", "distributed", "pallas", "profiler"}
+    submodules = {"compiler", "distributed", "ops", "optimizers", "pallas", "profiler"}
+    assert set(dir(torch.tpu)) == TORCH_TPU_PUBLIC_NAMES | submodules
     for name in TORCH_TPU_PUBLIC_NAMES:
         assert hasattr(torch.tpu, name), name
     for name in ("PUBLIC_NAMES", "TpuStream", "TpuEvent"):  # the emulator's own helpers: not TorchTPU names
@@ -97,34 +100,52 @@ def test_legacy_api_guard(call, replacement, monkeypatch):
         call()
 
 
-def test_legacy_api_guard_can_be_relaxed(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", "1")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert torch.tpu.device_count() == 1
-        torch.tpu.synchronize()
-    messages = [str(w.message) for w in caught]
-    assert any("device_count" in m and "torch.accelerator.device_count" in m for m in messages), messages
-    assert any("synchronize" in m for m in messages), messages
+@pytest.mark.parametrize("value", ["yes", "bogus"])
+def test_legacy_api_guard_reads_an_absl_boolean_once(value):
+    """TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS is read once per process as an absl boolean (1/true/t/yes/y), as on
+    TorchTPU: "yes" turns the RuntimeError into one warning per API, anything else keeps the guard."""
+    proc = run_python(
+        """
+        import os, warnings
+        import pytest, torch
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                print("count", torch.tpu.device_count(), torch.tpu.device_count())
+                torch.tpu.synchronize()
+                torch.tpu.set_device("tpu")
+                with pytest.raises(ValueError, match="Cannot set TPU device to index 1"):
+                    torch.tpu.set_device(1)
+                with pytest.raises(TypeError):
+                    torch.tpu.set_device(1.5)
+            except RuntimeError as err:
+                print("guard", err)
+            os.environ.pop("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS")  # read once: changing it now changes nothing
+            try:
+                torch.tpu.device_count()
+                print("still allowed")
+            except RuntimeError:
+                print("now refused")
+        for w in caught:
+            print("warning", w.message)
+        """,
+        env={"HF_TPU_EMULATE": "1", "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS": value},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "the TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS environment variable is an experimental feature" in out
+    if value == "yes":
+        assert "count 1 1" in out and "still allowed" in out
+        assert out.count("device_count is internal to TorchTPU and may change or be removed without notice. Use "
+                         "torch.accelerator.device_count instead.") == 1, out  # fmt: skip
+    else:
+        assert "guard device_count is internal to TorchTPU and can only be called" in out and "now refused" in out
 
 
 def test_framework_code_may_call_internal_apis():
     # torch itself calls these (e.g. torch.manual_seed -> torch.tpu.manual_seed_all); no error there.
     torch.manual_seed(3)
     assert torch.tpu.default_generators[0].initial_seed() == 3
-
-
-def test_set_device_validation(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS", "1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.tpu.set_device("tpu")
-        with pytest.raises(ValueError, match="Cannot set TPU device to index 1"):
-            torch.tpu.set_device(1)
-        with pytest.raises(ValueError):
-            torch.tpu.set_device("cpu")
-        with pytest.raises(TypeError):
-            torch.tpu.set_device(1.5)
 
 
 def test_device_name_and_properties():

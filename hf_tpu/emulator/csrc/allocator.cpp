@@ -16,6 +16,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -135,6 +136,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
     std::lock_guard<std::mutex> lock(mutex_);
     return capacity_;
   }
+  bool any_opened() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::any_of(opened_.begin(), opened_.end(), [](bool opened) { return opened; });
+  }
   int64_t take_largest_allocation() {
     std::lock_guard<std::mutex> lock(mutex_);
     return std::exchange(largest_, 0);
@@ -240,6 +245,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
   }
 
   void reserve(c10::DeviceIndex device, size_t nbytes) {
+    rebind_if_forked();  // before the lock: rebinding sets this allocator's chip locks
     std::lock_guard<std::mutex> lock(mutex_);
     const size_t index = stat_index(device);
     open_device(static_cast<c10::DeviceIndex>(index));
@@ -325,6 +331,9 @@ void release_deferred_storages() {
 
 c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage, c10::DeviceIndex device) {
   return TpuAllocator::instance().adopt(cpu_storage, device);
+}
+bool any_device_opened() {
+  return TpuAllocator::instance().any_opened();
 }
 void set_device_locks(std::vector<std::string> paths, std::vector<std::string> labels) {
   TORCH_CHECK(paths.size() == labels.size(), "set_device_locks: one label per path");

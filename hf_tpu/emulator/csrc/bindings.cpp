@@ -93,6 +93,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Chips this process can use (tpu:0..usable-1) and what device_count() reports.");
   m.def("set_device_locks", &set_device_locks, py::arg("paths"), py::arg("labels"),
         "One lock file per local device, taken when the chip is first used (empty: none).");
+  m.def("device_counts", [] {
+    rebind_if_forked();
+    return std::make_pair(usable_device_count(), reported_device_count());
+  }, "(usable, reported) chips of this process (a forked child binds to its chip first).");
+  m.def("any_device_opened", &any_device_opened, "Whether this process has opened a chip yet.");
+  m.def("mark_forked", &mark_forked, "Arm the rebind hook: it runs on this (forked) process's first device use.");
+  m.def("set_rebind_hook", [](py::function fn) {
+    auto* held = new py::object(std::move(fn));  // leaked on purpose: must outlive Python's finalisation
+    set_rebind_hook([held] {
+      if (!Py_IsInitialized()) {
+        return;
+      }
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)();
+      } catch (py::error_already_set& err) {
+        TORCH_CHECK(false, "hf-tpu emulator: binding this forked process to its chip failed: ", err.what());
+      }
+    });
+  }, "Called (once, under the GIL) on a forked child's first device use to re-read its host binding.",
+     py::arg("hook"));
   m.def("set_gaps", &set_gaps, py::arg("names"), "TorchTPU gaps the core reproduces (by name).");
   m.def("gap_names", &gap_names, "Names of the gaps the core can reproduce.");
   m.def("set_abort_on_gap", &set_abort_on_gap, py::arg("abort"));

@@ -12,11 +12,13 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <array>
 #include <chrono>
 #include <mutex>
 #include <sstream>
+#include <unordered_set>
 
 namespace hf_tpu {
 namespace {
@@ -32,6 +34,52 @@ void check_bound(c10::DeviceIndex index) {
       ", current process is bound to device index 0. Changing the active TPU device within a process is not "
       "supported (as on TorchTPU): put tensors on tpu:", static_cast<int>(index),
       " explicitly, or launch one process per chip (`hf-tpu launch -n N`).");
+}
+
+// ---- pinned host memory ------------------------------------------------------
+// TorchTPU has a pinned-memory host allocator: `pin_memory()` answers `is_pinned() == True`, and DDP's
+// unused-parameter detection asserts it. Host memory here is plain CPU memory that remembers it was pinned.
+struct PinnedAllocator final : public c10::Allocator {
+  static void release(void* ptr) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      live().erase(ptr);
+    }
+    c10::free_cpu(ptr);
+  }
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* ptr = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
+    if (ptr != nullptr) {
+      std::lock_guard<std::mutex> lock(mutex());
+      live().insert(ptr);
+    }
+    return {ptr, ptr, &PinnedAllocator::release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &PinnedAllocator::release;
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+  static bool owns(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex());
+    return live().count(const_cast<void*>(ptr)) != 0;
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static auto* m = new std::mutex();  // leaked: tensors may be freed during static destruction
+    return *m;
+  }
+  static std::unordered_set<void*>& live() {
+    static auto* set = new std::unordered_set<void*>();
+    return *set;
+  }
+};
+
+PinnedAllocator* pinned_allocator() {
+  static auto* allocator = new PinnedAllocator();
+  return allocator;
 }
 
 // ---- generator -------------------------------------------------------------
@@ -130,6 +178,10 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return previous;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
+    try {
+      rebind_if_forked();
+    } catch (...) {  // noexcept here: the next device use reports the error
+    }
     return static_cast<c10::DeviceIndex>(g_reported.load());
   }
   void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
@@ -178,6 +230,7 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     return true;
   }
   c10::DeviceIndex deviceCount() const override {
+    rebind_if_forked();
     return static_cast<c10::DeviceIndex>(g_reported.load());
   }
   void setCurrentDevice(c10::DeviceIndex device) const override {
@@ -203,11 +256,11 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void* /*data*/) const override {
     return {kTpu, t_current_device};
   }
-  bool isPinnedPtr(const void* /*data*/) const override {
-    return false;
+  bool isPinnedPtr(const void* data) const override {
+    return PinnedAllocator::owns(data);
   }
   c10::Allocator* getPinnedMemoryAllocator() const override {
-    return c10::GetCPUAllocator();
+    return pinned_allocator();
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
@@ -237,7 +290,31 @@ void set_device_counts(int usable, int reported) {
   g_usable = usable;
   g_reported = reported;
 }
+namespace {
+std::atomic<bool> g_rebind_pending{false};
+std::function<void()>* g_rebind_hook = nullptr;  // leaked on purpose, like the hooks
+}  // namespace
+
+void set_rebind_hook(std::function<void()> hook) {
+  delete g_rebind_hook;
+  g_rebind_hook = new std::function<void()>(std::move(hook));
+}
+void mark_forked() {
+  g_rebind_pending.store(true, std::memory_order_release);
+}
+void rebind_if_forked() {
+  if (g_rebind_pending.load(std::memory_order_relaxed) && g_rebind_pending.exchange(false) && g_rebind_hook) {
+    try {
+      (*g_rebind_hook)();
+    } catch (...) {
+      mark_forked();  // not bound yet: the next device use raises the same error
+      throw;
+    }
+  }
+}
+
 int usable_device_count() {
+  rebind_if_forked();
   return g_usable.load();
 }
 int reported_device_count() {
@@ -248,6 +325,7 @@ c10::DeviceIndex current_device() {
 }
 
 c10::DeviceIndex checked_device_index(c10::DeviceIndex index) {
+  rebind_if_forked();
   if (index < 0) {
     return t_current_device;
   }

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,11 +37,18 @@ c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage, c10::DeviceIndex
 // One lock file per local device: a chip is opened (locked) on its first allocation, as
 // TorchTPU's runtime opens the chips lazily. Empty paths: no locking.
 void set_device_locks(std::vector<std::string> paths, std::vector<std::string> labels);
+// Whether this process has opened (locked) any chip yet.
+bool any_device_opened();
 
 // ---- runtime.cpp ---------------------------------------------------------
 // The host model: `usable` devices tpu:0..usable-1 can hold tensors; device_count()
 // reports `reported` (more than usable when TPU_VISIBLE_DEVICES is ignored, as on TorchTPU).
 void set_device_counts(int usable, int reported);
+// A forked child re-reads its host binding (LOCAL_RANK...) on its first device use, as TorchTPU's runtime
+// initialises lazily: mark_forked() arms it, rebind_if_forked() runs `hook` once (under the GIL).
+void set_rebind_hook(std::function<void()> hook);
+void mark_forked();
+void rebind_if_forked();
 int usable_device_count();
 int reported_device_count();
 // The calling thread's current device (the process's own chip unless a guard switched it).
