@@ -114,7 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     env = sub.add_parser("env", help="versions, chips, backend, settings and fixes, for a bug report")
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     sub.add_parser("info", help="print which TPU this process uses")
+    chk = sub.add_parser("check", help="whether a model fits a TPU slice, its plan, speed bounds and risks (offline)")
+    chk.add_argument("model", help="a local checkpoint directory, or a Hub id whose config is cached")
+    from .check import CHIPS, DTYPE_BYTES
+
+    chk.add_argument("--chip", default="v6e", choices=sorted(CHIPS))
+    chk.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
+    chk.add_argument("--batch", type=int, default=1)
+    chk.add_argument("--context", type=int, default=4096)
+    chk.add_argument("--json", action="store_true", help="print the report as JSON (one schema: hf_tpu.check.Report)")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        from . import check
+
+        try:
+            report = check.check(args.model, chip=args.chip, dtype=args.dtype, batch=args.batch, context=args.context)
+        except (OSError, ValueError) as err:
+            sys.stderr.write(f"hf-tpu check: {err}\n")
+            return 2
+        sys.stdout.write((report.to_json() if args.json else check.format_text(report)) + "\n")
+        return 0
     if args.command == "launch":
         if args.nproc < 1:
             parser.error(f"-n/--nproc must be at least 1, got {args.nproc}")

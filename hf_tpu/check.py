@@ -1,0 +1,270 @@
+"""``hf-tpu check MODEL``: before renting a TPU, whether a model fits, on what slice, and how fast it can go.
+
+Offline: weights are counted from the safetensors headers of a local checkpoint (no tensor is read), or, for a
+config alone, from the model built on the meta device. The KV cache follows the config (layers, KV heads, head
+size, sliding-window layers, DeepSeek-style latent caches). Speed figures are upper bounds from the chip table:
+decoding reads every weight once per step (HBM bandwidth), prefill is bounded by bf16 FLOP/s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GB = 1000**3
+# Per chip as Google lists them (cloud.google.com/tpu/docs/v5e, /v5p, /v6e, /tpu7x): HBM capacity, HBM
+# bandwidth, peak bf16 FLOP/s. v7 counts one chip (TorchTPU shows it as two devices of half each).
+CHIPS: dict[str, dict[str, float]] = {
+    "v5e": {"hbm": 16 * GB, "bandwidth": 819 * GB, "bf16_flops": 197e12},
+    "v5p": {"hbm": 95 * GB, "bandwidth": 2765 * GB, "bf16_flops": 459e12},
+    "v6e": {"hbm": 32 * GB, "bandwidth": 1638 * GB, "bf16_flops": 918e12},
+    "v7": {"hbm": 192 * GB, "bandwidth": 7370 * GB, "bf16_flops": 2307e12},
+}
+CHIP_SOURCE = "Google Cloud TPU system architecture pages (per chip: HBM, HBM bandwidth, peak bf16 FLOP/s)"
+DEGREES = (1, 2, 4, 8)
+# What the chip needs beyond weights and KV cache: activations, compiler workspace, runtime. Stated, not measured.
+MARGIN_FRACTION, MARGIN_BYTES = 0.10, 1 * GB
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1}
+_SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                      "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}  # fmt: skip
+
+
+@dataclass
+class Fit:
+    tp: int
+    weights_per_chip: int
+    kv_cache_per_chip: int
+    margin_per_chip: int
+    needed_per_chip: int
+    hbm_per_chip: int
+    fits: bool
+    plan: str  # "ok", or the validator's reason this degree does not work
+
+
+@dataclass
+class Report:
+    model: str
+    model_type: str
+    chip: str
+    dtype: str
+    batch: int
+    context: int
+    parameters: int
+    weight_bytes: int
+    weight_source: str
+    kv_cache_bytes: int
+    kv_cache_layout: str
+    tp_plan_source: str
+    fits: list[Fit] = field(default_factory=list)
+    smallest_slice: str | None = None
+    decode_tokens_per_s_per_sequence: dict[str, float] = field(default_factory=dict)
+    prefill_tokens_per_s: dict[str, float] = field(default_factory=dict)
+    risks: list[str] = field(default_factory=list)
+    chip_table: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+def _config(model: str) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model)
+
+
+def _text(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def safetensors_bytes(directory: str) -> tuple[int, int] | None:
+    """(bytes, parameters) from the headers of every ``*.safetensors`` file in ``directory``; None if none."""
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors")) if os.path.isdir(directory) else []
+    if not files:
+        return None
+    total = count = 0
+    for name in files:
+        with open(os.path.join(directory, name), "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        for key, entry in header.items():
+            if key == "__metadata__":
+                continue
+            begin, end = entry["data_offsets"]
+            total += end - begin
+            count += math.prod(entry["shape"]) if entry["shape"] else 1
+    return total, count
+
+
+def meta_parameters(config: Any) -> int:
+    """Parameters of the model built from ``config`` on the meta device (no memory), tied weights once."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def kv_cache_bytes(config: Any, batch: int, context: int, dtype_bytes: int) -> tuple[int, str]:
+    """KV-cache bytes at ``batch`` x ``context`` and a one-line description of the layout."""
+    text = _text(config)
+    layers = text.num_hidden_layers
+    if getattr(text, "kv_lora_rank", None):  # MLA (DeepSeek V2/V3): one latent + the RoPE key per token
+        per_token = text.kv_lora_rank + text.qk_rope_head_dim
+        return layers * per_token * batch * context * dtype_bytes, f"MLA latent cache {per_token} per token"
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    window = getattr(text, "sliding_window", None)
+    layer_types = getattr(text, "layer_types", None) or ["full_attention"] * layers
+    total = 0
+    sliding = 0
+    for kind in layer_types[:layers]:
+        length = min(context, window) if kind == "sliding_attention" and window else context
+        sliding += kind == "sliding_attention"
+        total += 2 * heads * head_dim * batch * length * dtype_bytes
+    layout = f"{layers} layers x {heads} KV heads x {head_dim}"
+    if sliding:
+        layout += f", {sliding} of them sliding-window ({window})"
+    return total, layout
+
+
+def _tp_plan(config: Any) -> tuple[str, Any]:
+    """Where a TP plan would come from, and the meta model (for validation)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from . import tp_plans
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    library = getattr(model, "_tp_plan", None) or getattr(_text(config), "base_model_tp_plan", None)
+    if library:
+        return "library", (model, dict(getattr(model, "_tp_plan", None) or {}))
+    registered = tp_plans.get(type(model))
+    if registered is not None:
+        return "hf-tpu registry", (model, dict(registered))
+    derived = tp_plans.derive_plan(model)
+    if derived.plan:
+        return "derived", (model, derived.plan)
+    return "none", (model, {})
+
+
+def _inactive_expert_bytes(model: Any, config: Any, weight_bytes: int, params: int) -> int:
+    """Bytes of the experts a token does not use (an MoE decode step reads only the routed top-k experts)."""
+    text = _text(config)
+    experts = getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None) or getattr(
+        text, "n_routed_experts", None)  # fmt: skip
+    top_k = getattr(text, "num_experts_per_tok", None)
+    if not experts or not top_k or not params:
+        return 0
+    expert_params = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    return int(expert_params * (1 - top_k / experts) * weight_bytes / params)
+
+
+def _plan_status(model: Any, plan: dict[str, Any], tp: int) -> str:
+    from . import tp_plans
+    from .tp_plans._core import _keys
+
+    if tp == 1:
+        return "ok"
+    if not plan:
+        return "no plan"
+    # A library plan covers a family's variants (dense and MoE layers alike); rules that match no module of
+    # this model are ignored when loading, so they are left out here too.
+    names = {k for n, _ in (*model.named_modules(), *model.named_parameters()) for k in _keys(n)}
+    plan = {rule: style for rule, style in plan.items() if rule in names}
+    try:
+        tp_plans.validate_plan(model, plan, tp)
+    except Exception as err:  # noqa: BLE001  (the validator's own message is the answer)
+        return str(err).splitlines()[0]
+    return "ok"
+
+
+def _risks(config: Any) -> list[str]:
+    text = _text(config)
+    risks = []
+    if (
+        getattr(text, "num_local_experts", None)
+        or getattr(text, "num_experts", None)
+        or getattr(text, "n_routed_experts", None)
+    ):
+        risks.append('MoE: load with experts_implementation="tokamax_ragged_dot" (the shipped ragged-dot kernel)')
+    if getattr(text, "sliding_window", None):
+        risks.append("sliding-window attention: a growing cache recompiles per length; use a static cache")
+    if getattr(text, "kv_lora_rank", None):
+        risks.append("MLA attention: no TP plan is validated for the latent projections yet")
+    if getattr(config, "tie_word_embeddings", False):
+        risks.append("tied embeddings: keep embedding and lm_head on one device (TorchTPU gap weight_tying)")
+    risks.append("attention computes in bfloat16 on TPU even for float32 models (TorchTPU gap attention_precision)")
+    risks.append("generate(): use cache_implementation='static' and pad prompts to a few lengths to avoid recompiles")
+    return risks
+
+
+def check(model: str, *, chip: str = "v6e", dtype: str = "bfloat16", batch: int = 1, context: int = 4096) -> Report:
+    """Fit, parallelism, speed bounds and known risks of ``model`` (a local directory or a config) on ``chip``."""
+    if chip not in CHIPS:
+        raise ValueError(f"chip={chip!r} is not one of {', '.join(CHIPS)}.")
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r} is not one of {', '.join(DTYPE_BYTES)}.")
+    if batch < 1 or context < 1:
+        raise ValueError(f"batch={batch} and context={context} must be positive.")
+    config = _config(model)
+    width = DTYPE_BYTES[dtype]
+    counted = safetensors_bytes(model)
+    if counted is not None and counted[0] == counted[1] * width:
+        weight_bytes, params, source = counted[0], counted[1], "safetensors headers"
+    elif counted is not None:
+        params = counted[1]
+        weight_bytes, source = params * width, f"safetensors headers ({params} parameters) at {dtype}"
+    else:
+        params = meta_parameters(config)
+        weight_bytes, source = params * width, f"config on the meta device at {dtype}"
+    kv, layout = kv_cache_bytes(config, batch, context, width)
+    plan_source, (meta_model, plan) = _tp_plan(config)
+    read_per_token = weight_bytes - _inactive_expert_bytes(meta_model, config, weight_bytes, params)
+    spec = CHIPS[chip]
+    report = Report(model, _text(config).model_type, chip, dtype, batch, context, params, weight_bytes, source, kv,
+                    layout, plan_source, chip_table={**CHIPS[chip], "source": CHIP_SOURCE})  # fmt: skip
+    for tp in DEGREES:
+        weights, cache = math.ceil(weight_bytes / tp), math.ceil(kv / tp)
+        margin = int(MARGIN_FRACTION * (weights + cache)) + MARGIN_BYTES
+        needed = weights + cache + margin
+        status = _plan_status(meta_model, plan, tp)
+        fits = needed <= spec["hbm"] and status == "ok"
+        report.fits.append(Fit(tp, weights, cache, margin, needed, int(spec["hbm"]), fits, status))
+        # Upper bounds: each decode step reads this chip's weights and KV cache once; prefill at peak FLOP/s.
+        report.decode_tokens_per_s_per_sequence[str(tp)] = spec["bandwidth"] / (read_per_token / tp + cache)
+        report.prefill_tokens_per_s[str(tp)] = spec["bf16_flops"] * tp / (2 * params)
+    report.smallest_slice = next((f"{chip}-{f.tp}" for f in report.fits if f.fits), None)
+    report.risks = _risks(config)
+    return report
+
+
+def format_text(r: Report) -> str:
+    gb = lambda n: f"{n / GB:.1f} GB"  # noqa: E731
+    lines = [
+        f"{r.model} ({r.model_type}): {r.parameters / 1e9:.2f} B parameters, {gb(r.weight_bytes)} of weights "
+        f"({r.weight_source})",
+        f"KV cache at batch {r.batch} x context {r.context}: {gb(r.kv_cache_bytes)} ({r.kv_cache_layout})",
+        f"tensor-parallel plan: {r.tp_plan_source}",
+        f"{'TP':>3} {'weights':>10} {'KV cache':>10} {'margin':>9} {'needed':>10} {'HBM':>8}  fits  plan",
+    ]
+    for f in r.fits:
+        lines.append(
+            f"{f.tp:>3} {gb(f.weights_per_chip):>10} {gb(f.kv_cache_per_chip):>10} {gb(f.margin_per_chip):>9} "
+            f"{gb(f.needed_per_chip):>10} {gb(f.hbm_per_chip):>8}  {'yes' if f.fits else 'no ':<4}  {f.plan}"
+        )
+    lines.append(f"smallest slice that serves it: {r.smallest_slice or f'none up to {r.chip}-8'}")
+    bounds = ", ".join(f"TP{tp}: {v:,.0f}" for tp, v in r.decode_tokens_per_s_per_sequence.items())
+    lines.append(f"decode upper bound, tokens/s per sequence (HBM bandwidth): {bounds}")
+    bounds = ", ".join(f"TP{tp}: {v:,.0f}" for tp, v in r.prefill_tokens_per_s.items())
+    lines.append(f"prefill upper bound, tokens/s (bf16 FLOP/s): {bounds}")
+    lines.append(f"chip {r.chip}: {gb(r.chip_table['hbm'])} HBM, {r.chip_table['bandwidth'] / GB:,.0f} GB/s, "
+                 f"{r.chip_table['bf16_flops'] / 1e12:,.0f} bf16 TFLOP/s ({CHIP_SOURCE})")  # fmt: skip
+    lines.append(f"margin per chip: {MARGIN_FRACTION:.0%} of weights + KV cache, plus {gb(MARGIN_BYTES)}")
+    lines += [f"risk: {risk}" for risk in r.risks]
+    return "\n".join(lines)
