@@ -65,6 +65,8 @@ class Report:
     prefill_tokens_per_s: dict[str, float] = field(default_factory=dict)
     risks: list[str] = field(default_factory=list)
     chip_table: dict[str, Any] = field(default_factory=dict)
+    run: list[dict[str, Any]] = field(default_factory=list)  # --run: one entry per feature
+    run_model: str | None = None  # --run: the shrunk copy the features ran on
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -99,13 +101,19 @@ def safetensors_bytes(directory: str) -> tuple[int, int] | None:
     return total, count
 
 
+def _auto_class(config: Any) -> Any:
+    import transformers
+
+    encoder_decoder = getattr(config, "is_encoder_decoder", False)
+    return transformers.AutoModelForSeq2SeqLM if encoder_decoder else transformers.AutoModelForCausalLM
+
+
 def meta_parameters(config: Any) -> int:
     """Parameters of the model built from ``config`` on the meta device (no memory), tied weights once."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = _auto_class(config).from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -116,8 +124,11 @@ def kv_cache_bytes(config: Any, batch: int, context: int, dtype_bytes: int) -> t
     if getattr(text, "kv_lora_rank", None):  # MLA (DeepSeek V2/V3): one latent + the RoPE key per token
         per_token = text.kv_lora_rank + text.qk_rope_head_dim
         return layers * per_token * batch * context * dtype_bytes, f"MLA latent cache {per_token} per token"
+    layers = getattr(text, "num_decoder_layers", None) or layers  # encoder-decoder: the decoder's self-attention
     heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    head_dim = (
+        getattr(text, "head_dim", None) or getattr(text, "d_kv", None) or text.hidden_size // text.num_attention_heads
+    )
     window = getattr(text, "sliding_window", None)
     layer_types = getattr(text, "layer_types", None) or ["full_attention"] * layers
     total = 0
@@ -135,12 +146,11 @@ def kv_cache_bytes(config: Any, batch: int, context: int, dtype_bytes: int) -> t
 def _tp_plan(config: Any) -> tuple[str, Any]:
     """Where a TP plan would come from, and the meta model (for validation)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from . import tp_plans
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = _auto_class(config).from_config(config)
     library = getattr(model, "_tp_plan", None) or getattr(_text(config), "base_model_tp_plan", None)
     if library:
         return "library", (model, dict(getattr(model, "_tp_plan", None) or {}))
@@ -196,7 +206,7 @@ def _risks(config: Any) -> list[str]:
     if getattr(text, "sliding_window", None):
         risks.append("sliding-window attention: a growing cache recompiles per length; use a static cache")
     if getattr(text, "kv_lora_rank", None):
-        risks.append("MLA attention: no TP plan is validated for the latent projections yet")
+        risks.append("MLA attention: the cache holds one latent per token; check --run before relying on TP")
     if getattr(config, "tie_word_embeddings", False):
         risks.append("tied embeddings: keep embedding and lm_head on one device (TorchTPU gap weight_tying)")
     risks.append("attention computes in bfloat16 on TPU even for float32 models (TorchTPU gap attention_precision)")
@@ -204,8 +214,76 @@ def _risks(config: Any) -> list[str]:
     return risks
 
 
-def check(model: str, *, chip: str = "v6e", dtype: str = "bfloat16", batch: int = 1, context: int = 4096) -> Report:
-    """Fit, parallelism, speed bounds and known risks of ``model`` (a local directory or a config) on ``chip``."""
+@dataclass
+class Component:
+    name: str
+    library_class: str
+    weight_bytes: int
+    parameters: int
+
+
+@dataclass
+class PipelineReport:
+    """A diffusers pipeline: every component's weights, and whether the whole pipeline fits one chip."""
+
+    model: str
+    pipeline_class: str
+    chip: str
+    components: list[Component]
+    total_bytes: int
+    needed_one_chip: int
+    hbm_per_chip: int
+    fits_one_chip: bool
+    denoiser: str | None
+    denoiser_fits: dict[str, bool] = field(default_factory=dict)  # TP degree -> the denoiser's share fits
+    chip_table: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+def check_pipeline(model: str, *, chip: str = "v6e") -> PipelineReport:
+    """Per-component weights of a saved diffusers pipeline (``model_index.json``), from the safetensors headers."""
+    index = json.load(open(os.path.join(model, "model_index.json")))
+    spec = CHIPS[chip]
+    components = []
+    for name, value in index.items():
+        if name.startswith("_") or not isinstance(value, list) or value[0] is None:
+            continue
+        counted = safetensors_bytes(os.path.join(model, name))
+        if counted is not None:
+            components.append(Component(name, f"{value[0]}.{value[1]}", counted[0], counted[1]))
+    total = sum(c.weight_bytes for c in components)
+    needed = int(total * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
+    denoiser = next((c for c in components if c.name in ("transformer", "unet")), None)
+    report = PipelineReport(model, index.get("_class_name", "?"), chip, components, total, needed, int(spec["hbm"]),
+                            needed <= spec["hbm"], denoiser.name if denoiser else None,
+                            chip_table={**spec, "source": CHIP_SOURCE})  # fmt: skip
+    if denoiser is not None:
+        rest = total - denoiser.weight_bytes  # text encoders and VAE stay whole on every chip
+        for tp in DEGREES:
+            share = int((denoiser.weight_bytes / tp + rest) * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
+            report.denoiser_fits[str(tp)] = share <= spec["hbm"]
+    return report
+
+
+def format_pipeline(r: PipelineReport) -> str:
+    gb = lambda n: f"{n / GB:.2f} GB"  # noqa: E731
+    lines = [f"{r.model} ({r.pipeline_class}): {gb(r.total_bytes)} of weights in {len(r.components)} components"]
+    lines += [f"  {c.name:<16} {c.library_class:<44} {gb(c.weight_bytes):>10}" for c in r.components]
+    lines.append(f"whole pipeline on one {r.chip} chip: needs {gb(r.needed_one_chip)} of {gb(r.hbm_per_chip)}: "
+                 f"{'fits' if r.fits_one_chip else 'does not fit'}")  # fmt: skip
+    if r.denoiser:
+        fits = ", ".join(f"TP{tp}: {'yes' if ok else 'no'}" for tp, ok in r.denoiser_fits.items())
+        lines.append(f"{r.denoiser} sharded (TensorParallelConfig), the rest whole on every chip: {fits}")
+    return "\n".join(lines)
+
+
+def check(
+    model: str, *, chip: str = "v6e", dtype: str = "bfloat16", batch: int = 1, context: int = 4096, run: bool = False
+) -> Report:
+    """Fit, parallelism, speed bounds and known risks of ``model`` (a local directory or a config) on ``chip``;
+    ``run=True`` also runs a shrunk random copy on the (emulated) TPU, feature by feature (``hf_tpu.check_run``)."""
     if chip not in CHIPS:
         raise ValueError(f"chip={chip!r} is not one of {', '.join(CHIPS)}.")
     if dtype not in DTYPE_BYTES:
@@ -241,6 +319,12 @@ def check(model: str, *, chip: str = "v6e", dtype: str = "bfloat16", batch: int 
         report.prefill_tokens_per_s[str(tp)] = spec["bf16_flops"] * tp / (2 * params)
     report.smallest_slice = next((f"{chip}-{f.tp}" for f in report.fits if f.fits), None)
     report.risks = _risks(config)
+    if run:
+        from . import check_run
+
+        report.run_model = check_run.build(config)
+        with_tp = plan_source != "none" and report.fits[1].plan == "ok"
+        report.run = [asdict(r) for r in check_run.run_all(report.run_model, with_tp=with_tp)]
     return report
 
 
@@ -267,4 +351,10 @@ def format_text(r: Report) -> str:
                  f"{r.chip_table['bf16_flops'] / 1e12:,.0f} bf16 TFLOP/s ({CHIP_SOURCE})")  # fmt: skip
     lines.append(f"margin per chip: {MARGIN_FRACTION:.0%} of weights + KV cache, plus {gb(MARGIN_BYTES)}")
     lines += [f"risk: {risk}" for risk in r.risks]
+    if r.run:
+        lines.append(f"run on the (emulated) TPU, a shrunk random copy in {r.run_model}:")
+        for f in r.run:
+            lines.append(f"  {f['feature']:<18} {'pass' if f['ok'] else 'FAIL'}  {f['detail']}  ({f['seconds']:.0f} s)")
+            if not f["ok"]:
+                lines.append(f"  {'':<18} repro: {f['repro']}")
     return "\n".join(lines)

@@ -123,12 +123,19 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--batch", type=int, default=1)
     chk.add_argument("--context", type=int, default=4096)
     chk.add_argument("--json", action="store_true", help="print the report as JSON (one schema: hf_tpu.check.Report)")
+    chk.add_argument("--run", action="store_true", help="also run a shrunk random copy on the (emulated) TPU")
     args = parser.parse_args(argv)
     if args.command == "check":
         from . import check
 
         try:
-            report = check.check(args.model, chip=args.chip, dtype=args.dtype, batch=args.batch, context=args.context)
+            if os.path.isfile(os.path.join(args.model, "model_index.json")):  # a diffusers pipeline
+                pipe = check.check_pipeline(args.model, chip=args.chip)
+                sys.stdout.write((pipe.to_json() if args.json else check.format_pipeline(pipe)) + "\n")
+                return 0
+            report = check.check(
+                args.model, chip=args.chip, dtype=args.dtype, batch=args.batch, context=args.context, run=args.run
+            )
         except (OSError, ValueError) as err:
             sys.stderr.write(f"hf-tpu check: {err}\n")
             return 2

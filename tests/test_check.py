@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 
-from hf_tpu import check
+from hf_tpu import check, check_run
 
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4)
 CONFIGS = {
@@ -115,3 +115,36 @@ def test_cli_json_and_bad_input(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hf_tpu", "check", str(tmp_path / "missing")], env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert bad.returncode == 2 and "hf-tpu check:" in bad.stderr
+
+
+def test_pipeline_components_match_a_real_load_on_the_emulator(tmp_path):
+    from tests.diffusers.pipelines import BUILDERS, LOAD_KWARGS
+
+    BUILDERS["sd3"](tmp_path)
+    report = check.check_pipeline(str(tmp_path), chip="v5e")
+    names = {c.name for c in report.components}
+    assert {"transformer", "vae", "text_encoder"} <= names and report.denoiser == "transformer"
+    import diffusers
+
+    before = torch.accelerator.memory_allocated()
+    pipe = diffusers.DiffusionPipeline.from_pretrained(str(tmp_path), **LOAD_KWARGS["sd3"]).to("tpu")
+    loaded = torch.accelerator.memory_allocated() - before
+    assert abs(report.total_bytes - loaded) <= 0.02 * loaded, (report.total_bytes, loaded)
+    assert report.fits_one_chip and all(report.denoiser_fits.values())
+    del pipe
+
+
+def test_run_a_shrunk_copy_feature_by_feature(tmp_path):
+    """--run: the architecture's classes at toy size on the emulated TPU; every feature its own process."""
+    transformers.Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                             num_attention_heads=32, num_key_value_heads=8, head_dim=128).save_pretrained(tmp_path)  # fmt: skip
+    report = check.check(str(tmp_path), run=True)
+    results = {r["feature"]: r for r in report.run}
+    assert set(results) == set(check_run.FEATURES), results  # Qwen3 ships a TP plan: tp2 runs too
+    assert all(r["ok"] for r in results.values()), results
+    assert "0 compiles after warm-up" in results["generate_compiled"]["detail"]
+    small = transformers.AutoConfig.from_pretrained(report.run_model)
+    assert small.num_hidden_layers == 2 and small.num_key_value_heads < small.num_attention_heads  # still GQA
+    bad = subprocess.run([sys.executable, "-m", "hf_tpu.check_run", report.run_model, "nope"], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "HF_TPU_EMULATE": "1"})  # fmt: skip
+    assert bad.returncode == 1 and "FAIL ValueError: unknown feature 'nope'" in bad.stdout
