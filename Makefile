@@ -1,5 +1,5 @@
 SHELL := /bin/bash
-.PHONY: setup demo test contract bench
+.PHONY: setup demo test contract harness bench
 
 # Install everything (torch pinned first) and build the emulator core.
 setup:
@@ -16,6 +16,10 @@ test:
 # The emulator's torch.tpu against the real torch-tpu wheel (builds its environment once; part of `make test`).
 contract:
 	HF_TPU_CONTRACT_REQUIRED=1 python -m pytest tests/contract -q -p no:cacheprovider
+
+# python -m ci on upstream's tests (transformers sdist: 3 families + planted failures; diffusers SD3/Flux), tpu vs CPU.
+harness:
+	python -m pytest tests/harness -q -p no:cacheprovider
 
 # Every benchmark, one run each, printing ratios (several minutes on 2 cores).
 bench: setup
