@@ -23,6 +23,7 @@ OWNED = (
     "HF_TPU_CI_PRECISION",
     "HF_TPU_CI_RECORD_OPS",
     "RUN_SLOW",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
 )
 
 
@@ -42,7 +43,10 @@ class Side:
             env["HF_TPU_EMULATE"] = "1"
             env["HF_TPU_EMULATOR_PROFILE"] = self.profile
         if self.device == "cpu":
+            # the baseline is plain PyTorch on CPU: no TorchTPU (on a TPU VM it would look for the chips the tpu
+            # side holds), no emulator, no hf-tpu patches
             env["HF_TPU_EMULATE"] = "0"
+            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         if not self.workarounds:
             env["HF_TPU_WORKAROUNDS"] = "0"
         if self.precision:

@@ -66,7 +66,7 @@ def render(results: dict) -> str:
             f"- {suite['name']} {suite['version']}: {suite['source']}"
             + (f"; hf-tpu testers: {len(suite['overlaid'])} files" if suite["overlaid"] else "")
         )
-    lines.append(f"- tpu: {sides['tpu']}; baseline: {sides.get('cpu', 'none')}")
+    lines.append(f"- tpu: {sides.get('tpu', 'not run')}; baseline: {sides.get('cpu', 'not run')}")
     lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()))
     lines += [
         "",
