@@ -64,6 +64,8 @@ class Report:
     decode_tokens_per_s_per_sequence: dict[str, float] = field(default_factory=dict)
     prefill_tokens_per_s: dict[str, float] = field(default_factory=dict)
     risks: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)  # gaps of ``hf-tpu gaps`` the architecture's ops meet
+    expert_parallel: dict[str, str] = field(default_factory=dict)  # EP degree -> experts per chip, or why not
     chip_table: dict[str, Any] = field(default_factory=dict)
     run: list[dict[str, Any]] = field(default_factory=list)  # --run: one entry per feature
     run_model: str | None = None  # --run: the shrunk copy the features ran on
@@ -194,14 +196,27 @@ def _plan_status(model: Any, plan: dict[str, Any], tp: int) -> str:
     return "ok"
 
 
-def _risks(config: Any) -> list[str]:
+def _risks(config: Any) -> tuple[list[str], list[str]]:
+    """Known risks: the TorchTPU gaps the architecture's own ops meet (traced on a shrunk copy, matched with the
+    gap table), then what its config says (experts, sliding windows, latent caches, tied embeddings)."""
+    from . import check_ops
+
     text = _text(config)
-    risks = []
-    if (
-        getattr(text, "num_local_experts", None)
-        or getattr(text, "num_experts", None)
-        or getattr(text, "n_routed_experts", None)
-    ):
+    risks, gaps = [], []
+    try:
+        met = check_ops.gaps_met(check_ops.ops_used(config))
+    except Exception as err:  # noqa: BLE001  (an architecture the tracer cannot build: say so, keep the rest)
+        risks.append(f"ops not traced ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})")
+        met = []
+    for gap in met:
+        gaps.append(gap.name)
+        fix = (
+            f"closed by hf-tpu's {gap.workaround}"
+            if gap.workaround
+            else f"no workaround: {gap.advice or 'see hf-tpu gaps'}"
+        )
+        risks.append(f"gap {gap.name}: {gap.breaks} ({fix}; hf-tpu gaps --show {gap.name})")
+    if _experts(config):
         risks.append('MoE: load with experts_implementation="tokamax_ragged_dot" (the shipped ragged-dot kernel)')
     if getattr(text, "sliding_window", None):
         risks.append("sliding-window attention: a growing cache recompiles per length; use a static cache")
@@ -209,9 +224,32 @@ def _risks(config: Any) -> list[str]:
         risks.append("MLA attention: the cache holds one latent per token; check --run before relying on TP")
     if getattr(config, "tie_word_embeddings", False):
         risks.append("tied embeddings: keep embedding and lm_head on one device (TorchTPU gap weight_tying)")
-    risks.append("attention computes in bfloat16 on TPU even for float32 models (TorchTPU gap attention_precision)")
     risks.append("generate(): use cache_implementation='static' and pad prompts to a few lengths to avoid recompiles")
-    return risks
+    return risks, gaps
+
+
+def _experts(config: Any) -> int:
+    text = _text(config)
+    return int(
+        getattr(text, "num_local_experts", None)
+        or getattr(text, "num_experts", None)
+        or getattr(text, "n_routed_experts", None)
+        or 0
+    )
+
+
+def _expert_parallel(config: Any) -> dict[str, str]:
+    """transformers' expert parallel (``DistributedConfig(enable_expert_parallel=True, ep_size=N)``): each chip
+    holds num_experts / N experts; N must divide the experts."""
+    experts = _experts(config)
+    if not experts:
+        return {}
+    return {
+        str(n): f"{experts // n} expert{'s' if experts // n > 1 else ''} per chip"
+        if experts % n == 0
+        else f"{experts} experts do not split {n} ways"
+        for n in DEGREES[1:]
+    }
 
 
 @dataclass
@@ -237,22 +275,36 @@ class PipelineReport:
     denoiser: str | None
     denoiser_fits: dict[str, bool] = field(default_factory=dict)  # TP degree -> the denoiser's share fits
     chip_table: dict[str, Any] = field(default_factory=dict)
+    run: list[dict[str, Any]] = field(default_factory=list)  # --run: the denoiser's features
+    run_model: str | None = None  # --run: the shrunk copy of the denoiser
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 
 
-def check_pipeline(model: str, *, chip: str = "v6e") -> PipelineReport:
-    """Per-component weights of a saved diffusers pipeline (``model_index.json``), from the safetensors headers."""
-    index = json.load(open(os.path.join(model, "model_index.json")))
+def check_pipeline(model: str, *, chip: str = "v6e", run: bool = False) -> PipelineReport:
+    """Per-component weights of a saved diffusers pipeline (``model_index.json``) or of one diffusers model
+    (``config.json`` naming its class), from the safetensors headers; ``run=True`` also runs a shrunk random copy
+    of the denoiser (transformer or UNet) on the (emulated) TPU, feature by feature."""
+    if chip not in CHIPS:
+        raise ValueError(f"chip={chip!r} is not one of {', '.join(CHIPS)}.")
     spec = CHIPS[chip]
     components = []
-    for name, value in index.items():
-        if name.startswith("_") or not isinstance(value, list) or value[0] is None:
-            continue
-        counted = safetensors_bytes(os.path.join(model, name))
-        if counted is not None:
-            components.append(Component(name, f"{value[0]}.{value[1]}", counted[0], counted[1]))
+    if os.path.isfile(os.path.join(model, "model_index.json")):
+        index = json.load(open(os.path.join(model, "model_index.json")))
+        for name, value in index.items():
+            if name.startswith("_") or not isinstance(value, list) or value[0] is None:
+                continue
+            counted = safetensors_bytes(os.path.join(model, name))
+            if counted is not None:
+                components.append(Component(name, f"{value[0]}.{value[1]}", counted[0], counted[1]))
+    else:  # one model: it is its own denoiser when it is a transformer or a UNet
+        index = {"_class_name": json.load(open(os.path.join(model, "config.json")))["_class_name"]}
+        counted = safetensors_bytes(model)
+        if counted is None:
+            raise ValueError(f"{model}: no safetensors weights to count")
+        kind = "unet" if "UNet" in index["_class_name"] else "transformer"
+        components.append(Component(kind, f"diffusers.{index['_class_name']}", counted[0], counted[1]))
     total = sum(c.weight_bytes for c in components)
     needed = int(total * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
     denoiser = next((c for c in components if c.name in ("transformer", "unet")), None)
@@ -264,6 +316,17 @@ def check_pipeline(model: str, *, chip: str = "v6e") -> PipelineReport:
         for tp in DEGREES:
             share = int((denoiser.weight_bytes / tp + rest) * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
             report.denoiser_fits[str(tp)] = share <= spec["hbm"]
+    if run:
+        from . import check_run, check_run_diffusers
+
+        if denoiser is None:
+            raise ValueError(f"{model}: --run needs a transformer or UNet component")
+        source = (
+            model if not os.path.isfile(os.path.join(model, "model_index.json")) else os.path.join(model, denoiser.name)
+        )
+        report.run_model = check_run_diffusers.build(source)
+        with_tp = check_run_diffusers.has_tp_plan(report.run_model)
+        report.run = [asdict(r) for r in check_run.run_all(report.run_model, with_tp=with_tp)]
     return report
 
 
@@ -276,7 +339,19 @@ def format_pipeline(r: PipelineReport) -> str:
     if r.denoiser:
         fits = ", ".join(f"TP{tp}: {'yes' if ok else 'no'}" for tp, ok in r.denoiser_fits.items())
         lines.append(f"{r.denoiser} sharded (TensorParallelConfig), the rest whole on every chip: {fits}")
+    lines += _format_run(r.run, r.run_model)
     return "\n".join(lines)
+
+
+def _format_run(run: list[dict[str, Any]], run_model: str | None) -> list[str]:
+    if not run:
+        return []
+    lines = [f"run on the (emulated) TPU, a shrunk random copy in {run_model}:"]
+    for f in run:
+        lines.append(f"  {f['feature']:<18} {'pass' if f['ok'] else 'FAIL'}  {f['detail']}  ({f['seconds']:.0f} s)")
+        if not f["ok"]:
+            lines.append(f"  {'':<18} repro: {f['repro']}")
+    return lines
 
 
 def check(
@@ -318,7 +393,11 @@ def check(
         report.decode_tokens_per_s_per_sequence[str(tp)] = spec["bandwidth"] / (read_per_token / tp + cache)
         report.prefill_tokens_per_s[str(tp)] = spec["bf16_flops"] * tp / (2 * params)
     report.smallest_slice = next((f"{chip}-{f.tp}" for f in report.fits if f.fits), None)
-    report.risks = _risks(config)
+    report.risks, report.gaps = _risks(config)
+    report.expert_parallel = _expert_parallel(config)
+    for fit in report.fits[1:]:  # expert parallel runs with the rest of the model at TP=N: its plan must hold too
+        if report.expert_parallel.get(str(fit.tp), "").endswith("per chip") and fit.plan != "ok":
+            report.expert_parallel[str(fit.tp)] += f" (but the rest of the model at TP={fit.tp} does not split)"
     if run:
         from . import check_run
 
@@ -350,11 +429,9 @@ def format_text(r: Report) -> str:
     lines.append(f"chip {r.chip}: {gb(r.chip_table['hbm'])} HBM, {r.chip_table['bandwidth'] / GB:,.0f} GB/s, "
                  f"{r.chip_table['bf16_flops'] / 1e12:,.0f} bf16 TFLOP/s ({CHIP_SOURCE})")  # fmt: skip
     lines.append(f"margin per chip: {MARGIN_FRACTION:.0%} of weights + KV cache, plus {gb(MARGIN_BYTES)}")
+    if r.expert_parallel:
+        ep = ", ".join(f"EP{n}: {text}" for n, text in r.expert_parallel.items())
+        lines.append(f"expert parallel (DistributedConfig(enable_expert_parallel=True, ep_size=N), with TP=N): {ep}")
     lines += [f"risk: {risk}" for risk in r.risks]
-    if r.run:
-        lines.append(f"run on the (emulated) TPU, a shrunk random copy in {r.run_model}:")
-        for f in r.run:
-            lines.append(f"  {f['feature']:<18} {'pass' if f['ok'] else 'FAIL'}  {f['detail']}  ({f['seconds']:.0f} s)")
-            if not f["ok"]:
-                lines.append(f"  {'':<18} repro: {f['repro']}")
+    lines += _format_run(r.run, r.run_model)
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,7 @@ def shrink(config: Any) -> Any:
             setattr(text, name, layers)
     if getattr(text, "layer_types", None):
         kinds = list(dict.fromkeys(text.layer_types))  # every kind once, then the first again
-        text.layer_types = (kinds + kinds)[:layers]
+        text.layer_types = (kinds * layers)[:layers]
     if getattr(small, "is_encoder_decoder", False) and getattr(small, "decoder_start_token_id", None) is None:
         small.decoder_start_token_id = small.pad_token_id or 0  # generate() needs one (T5's is its pad token)
     for name in ("mlp_only_layers",):
@@ -95,8 +96,31 @@ def _inputs(config: Any, device: str) -> dict[str, Any]:
     return inputs
 
 
+def launch_two(script: str, detail: str) -> str:
+    """Run ``script`` on 2 chips under ``hf-tpu launch``; ``detail`` when it exits 0, else raise its last line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(script)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", f.name], env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+    finally:
+        os.unlink(f.name)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        errors = [
+            line.strip() for line in lines if re.match(r"\s*[\w.]*(Error|Exception): ", line)
+        ]  # a rank's own error
+        raise RuntimeError(errors[0] if errors else (lines or ["TP=2 launch failed"])[-1])
+    return detail
+
+
 def run_feature(path: str, feature: str) -> str:
     """Run one feature here (in this process, on the emulated TPU); raises on failure, returns a detail line."""
+    from . import check_run_diffusers
+
+    if check_run_diffusers.is_diffusers_model(path):
+        return check_run_diffusers.run_feature(path, feature)
     import torch
     import transformers
 
@@ -105,22 +129,14 @@ def run_feature(path: str, feature: str) -> str:
     config = transformers.AutoConfig.from_pretrained(path)
     auto = _auto_class(config)
     if feature == "tp2":
-        script = (
+        return launch_two(
             "import sys, torch, transformers\n"
             f"m = transformers.{auto.__name__}.from_pretrained({path!r}, tp_plan='auto')\n"
             "ids = torch.arange(1, 9).reshape(1, 8).to('tpu')\n"
             "extra = {'decoder_input_ids': ids[:, :4]} if m.config.is_encoder_decoder else {}\n"
-            "print('logits', tuple(m(input_ids=ids, **extra).logits.shape))\n"
+            "print('logits', tuple(m(input_ids=ids, **extra).logits.shape))\n",
+            "loaded with tp_plan='auto' on 2 chips, forward ran",
         )
-        env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
-        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-            f.write(script)
-        proc = subprocess.run([sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", f.name], env=env,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
-        os.unlink(f.name)
-        if proc.returncode != 0:
-            raise RuntimeError((proc.stderr.strip().splitlines() or ["TP=2 launch failed"])[-1])
-        return "loaded with tp_plan='auto' on 2 chips, forward ran"
     model = auto.from_pretrained(path, device_map="tpu")
     if feature == "load":
         return f"{sum(p.numel() for p in model.parameters()):,} parameters on {model.device}"
@@ -150,14 +166,17 @@ def run_feature(path: str, feature: str) -> str:
 
 
 def run_all(path: str, *, with_tp: bool, timeout: float = 600) -> list[FeatureResult]:
+    """Every feature of the copy in ``path`` (a transformers or diffusers model), each in its own process."""
+    from . import check_run_diffusers
     from ._backend import real_tpu_present
 
+    features = check_run_diffusers.FEATURES if check_run_diffusers.is_diffusers_model(path) else FEATURES
     results = []
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}
     emulate = not real_tpu_present()
     if emulate:
         env["HF_TPU_EMULATE"] = "1"
-    for feature in FEATURES:
+    for feature in features:
         if feature == "tp2" and not with_tp:
             continue
         repro = f"{'HF_TPU_EMULATE=1 ' if emulate else ''}python -m hf_tpu.check_run {path} {feature}"

@@ -129,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import check
 
         try:
-            if os.path.isfile(os.path.join(args.model, "model_index.json")):  # a diffusers pipeline
-                pipe = check.check_pipeline(args.model, chip=args.chip)
+            from .check_run_diffusers import is_diffusers_model
+
+            if os.path.isfile(os.path.join(args.model, "model_index.json")) or is_diffusers_model(args.model):
+                pipe = check.check_pipeline(args.model, chip=args.chip, run=args.run)  # a diffusers pipeline or model
                 sys.stdout.write((pipe.to_json() if args.json else check.format_pipeline(pipe)) + "\n")
                 return 0
             report = check.check(

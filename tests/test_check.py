@@ -148,3 +148,63 @@ def test_run_a_shrunk_copy_feature_by_feature(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hf_tpu.check_run", report.run_model, "nope"], capture_output=True,
                          text=True, timeout=300, env={**os.environ, "HF_TPU_EMULATE": "1"})  # fmt: skip
     assert bad.returncode == 1 and "FAIL ValueError: unknown feature 'nope'" in bad.stdout
+
+
+def test_risks_come_from_the_ops_the_architecture_calls():
+    """The gaps a model meets are found by tracing a shrunk copy's forward and backward, not guessed from its type."""
+    gqa = CONFIGS["gqa"]()
+    assert set(check._risks(gqa)[1]) == {"fully_masked_attention_row", "attention_precision"}  # SDPA, boolean mask
+    eager = CONFIGS["gqa"]()
+    eager._attn_implementation = "eager"
+    assert check._risks(eager)[1] == []  # no SDPA call, so none of its gaps
+    t5 = transformers.T5Config(vocab_size=128, d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16)
+    risks, gaps = check._risks(t5)
+    assert "differentiable_attention_mask" in gaps  # T5's learned position bias is an attention mask with a gradient
+    assert any(r.startswith("gap differentiable_attention_mask:") and "closed by hf-tpu's" in r for r in risks)
+
+
+def test_expert_parallel_degrees(tmp_path):
+    CONFIGS["moe"]().save_pretrained(tmp_path)
+    report = check.check(str(tmp_path))
+    # 4 experts, 2 KV heads: EP4 splits the experts but the attention at TP=4 cannot split 2 KV heads
+    assert report.expert_parallel == {
+        "2": "2 experts per chip",
+        "4": "1 expert per chip (but the rest of the model at TP=4 does not split)",
+        "8": "4 experts do not split 8 ways",
+    }
+    assert "EP2: 2 experts per chip" in check.format_text(report)
+    assert check._expert_parallel(CONFIGS["dense"]()) == {}  # a dense model gets no expert-parallel line
+
+
+def test_run_a_diffusers_pipeline_denoiser(tmp_path):
+    """--run on a saved SD3 pipeline: its transformer shrunk, loaded, against CPU, compiled with 0 recompiles, TP=2."""
+    from tests.diffusers.pipelines import BUILDERS
+
+    BUILDERS["sd3"](tmp_path)
+    report = check.check_pipeline(str(tmp_path), run=True)
+    results = {r["feature"]: r for r in report.run}
+    assert set(results) == {"load", "forward", "compiled", "tp2"}, results  # hf-tpu's registry gives SD3 a plan
+    assert all(r["ok"] for r in results.values()), results
+    assert "0 compiles after warm-up" in results["compiled"]["detail"]
+    assert "tp2" in check.format_pipeline(report)
+
+
+def test_shrunk_sdxl_unet_runs_against_cpu(tmp_path):
+    """The UNet path (SDXL's added text/time conditioning), in this process: shrink, build, forward vs CPU."""
+    import diffusers
+
+    from hf_tpu import check_run_diffusers
+
+    unet = tmp_path / "unet"
+    diffusers.UNet2DConditionModel(
+        sample_size=32, block_out_channels=(32, 64, 128), layers_per_block=2, cross_attention_dim=64,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"), attention_head_dim=(2, 4, 8),
+        addition_embed_type="text_time", addition_time_embed_dim=16, projection_class_embeddings_input_dim=16 * 6 + 64,
+        transformer_layers_per_block=(1, 2, 2), norm_num_groups=32,
+    ).save_pretrained(unet)  # fmt: skip
+    copy = check_run_diffusers.build(str(unet), str(tmp_path / "small"))
+    small = diffusers.UNet2DConditionModel.from_pretrained(copy)
+    assert list(small.config.down_block_types) == ["DownBlock2D", "CrossAttnDownBlock2D"]
+    assert small.config.layers_per_block == 1
+    assert "within" in check_run_diffusers.run_feature(copy, "forward")

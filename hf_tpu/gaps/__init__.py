@@ -33,6 +33,9 @@ class Gap:
     # a regex a failing test's error matches when this gap is the cause (``python -m ci`` triage);
     # the emulator's own gap errors name the gap ("known gap 'NAME'") and need none
     signature: str = ""
+    # what a model's forward calls when it meets this gap (``hf-tpu check`` risks): torch functions by name,
+    # aten ops as "aten.<op>" ("aten.index.bool_mask": aten.index with a boolean mask)
+    ops: tuple[str, ...] = ()
 
 
 GAPS: tuple[Gap, ...] = (
@@ -44,6 +47,7 @@ GAPS: tuple[Gap, ...] = (
         "'aten::linalg_cholesky_ex' is not implemented for TPU (NotImplementedError), as TorchTPU's fallback says",
         "cholesky_on_cpu",
         signature=r"linalg_cholesky|cholesky_ex",
+        ops=("aten.linalg_cholesky_ex",),
     ),
     Gap(
         "ctc_loss",
@@ -52,6 +56,7 @@ GAPS: tuple[Gap, ...] = (
         "RuntimeError 'TorchTPU aborts the process here' (HF_TPU_EMULATOR_GAPS=abort: a real abort)",
         "ctc_loss_on_cpu",
         signature=r"ctc_loss",
+        ops=("ctc_loss", "aten._ctc_loss"),
     ),
     Gap(
         "compile_inductor",
@@ -80,6 +85,7 @@ GAPS: tuple[Gap, ...] = (
         "0.1.2.dev [ci]",
         "the boolean mask becomes an additive mask with a large finite negative, so the row softmaxes uniformly",
         "attention_zero_fully_masked_rows",
+        ops=("scaled_dot_product_attention.bool_mask",),
     ),
     Gap(
         "multinomial_seeding",
@@ -87,6 +93,7 @@ GAPS: tuple[Gap, ...] = (
         "0.1.2.dev [ci]; 0.2.0 [wheel: its own multinomial kernel]",
         "each multinomial call draws from a freshly, randomly seeded generator",
         "seeded_multinomial",
+        ops=("multinomial",),
     ),
     Gap(
         "differentiable_attention_mask",
@@ -96,6 +103,7 @@ GAPS: tuple[Gap, ...] = (
         "the backend choice takes the flash kernel for such masks, whose autograd raises that error",
         "attention_math_for_differentiable_mask",
         signature=r"not differentiable with respect to .?attn_mask",
+        ops=("scaled_dot_product_attention.grad_mask",),
     ),
     Gap(
         "avg_pool1d_gradient",
@@ -103,6 +111,7 @@ GAPS: tuple[Gap, ...] = (
         "0.1.2.dev [ci]; 0.2.0 [wheel: a direct avg_pool1d kernel, so autograd's composite is bypassed]",
         "an AutogradPrivateUse1 kernel that computes avg_pool1d without recording it",
         "avg_pool1d_through_2d",
+        ops=("avg_pool1d",),
     ),
     Gap(
         "boolean_mask_indexing",
@@ -111,6 +120,7 @@ GAPS: tuple[Gap, ...] = (
         "aten::index raises IndexError 'shape mismatch' for such an index",
         "boolean_mask_to_indices",
         signature=r"shape mismatch: indexing tensors could not be broadcast",
+        ops=("aten.index.bool_mask",),
     ),
     Gap(
         "interpolate_same_size",
@@ -119,6 +129,7 @@ GAPS: tuple[Gap, ...] = (
         "RuntimeError 'TorchTPU aborts the process here' in upsample_linear1d",
         "interpolate_same_size_is_a_copy",
         signature=r"upsample_linear1d",
+        ops=("aten.upsample_linear1d",),
     ),
     Gap(
         "attention_precision",
@@ -127,6 +138,7 @@ GAPS: tuple[Gap, ...] = (
         "0.1.2.dev [ci: 108 of 115 float32 precision failures pass at 'highest', the rest are attention]",
         "q, k, v (and float masks) in bfloat16 for the attention kernel, output cast back",
         "attention_math_at_highest",
+        ops=("scaled_dot_product_attention",),
     ),
     Gap(
         "device_index",
@@ -165,6 +177,7 @@ GAPS: tuple[Gap, ...] = (
         "'record_stream' is not implemented for TPU (NotImplementedError)",
         "record_stream_noop",
         signature=r"record_stream",
+        ops=("record_stream",),
     ),
     Gap(
         "autocast_integer_dtype",
