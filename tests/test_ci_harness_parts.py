@@ -179,28 +179,16 @@ def test_an_aborting_test_costs_one_test(tmp_path: Path) -> None:
     assert outcomes == {"test_planted.py::test_1": "passed", "test_planted.py::test_3": "failed"}
 
 
+def _ci(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ci", *args], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1]
+    )
+
+
 def test_cli_names_bad_arguments() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--jobs", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).parents[1],
-    )
+    done = _ci("run", "--jobs", "0")
     assert done.returncode == 2 and "--jobs '0': must be > 0" in done.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "ci", "show", "/nonexistent"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).parents[1],
-    )
+    done = _ci("show", "/nonexistent")
     assert done.returncode == 1 and "no results.json there" in done.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "ci", "run", "--devices", "gpu"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).parents[1],
-    )
+    done = _ci("run", "--devices", "gpu")
     assert done.returncode == 1 and "--devices 'gpu': use tpu, cpu or tpu,cpu" in done.stderr
