@@ -24,17 +24,17 @@ _INTERESTING = ("Error", "error:", "Check failed", "not implemented", "NotImplem
 @dataclass
 class Result:
     name: str
-    without_workarounds: str  # present | fixed | n/a | timeout
+    without_workarounds: str  # present | fixed | not seen (an intermittent gap) | n/a | timeout
     with_workarounds: str
     workaround: str | None
     detail: str  # the probe's first complaint, workarounds off
 
 
-def _outcome(returncode: int | None) -> str:
+def _outcome(returncode: int | None, intermittent: bool = False) -> str:
     if returncode is None:
         return "timeout"
     if returncode == 0:
-        return "fixed"
+        return "not seen" if intermittent else "fixed"
     if returncode == NOT_APPLICABLE:
         return "n/a"
     return "present"
@@ -85,8 +85,8 @@ def run(names: list[str] | None = None, *, jobs: int | None = None, timeout: flo
     def probe(name: str) -> Result:
         off_env, on_env = _environments(name, emulated)
         off, detail = _run_probe(name, off_env, timeout)
-        outcome = _outcome(off)
-        on = _outcome(_run_probe(name, on_env, timeout)[0]) if outcome == "present" else outcome
+        outcome = _outcome(off, get(name).intermittent)
+        on = _outcome(_run_probe(name, on_env, timeout)[0]) if outcome in ("present", "not seen") else outcome
         return Result(name, outcome, on, get(name).workaround, detail)
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -108,7 +108,7 @@ def format_table(results: list[Result]) -> str:
     rows = [("gap", "without workarounds", "hf-tpu")]
     for r in results:
         gap = get(r.name)
-        if r.without_workarounds != "present":
+        if r.without_workarounds not in ("present", "not seen"):
             fix = "-" if r.without_workarounds != "n/a" else f"(needs {gap.needs_chips} chips)"
         elif r.workaround is None:
             fix = f"no workaround: {gap.advice}"
@@ -124,6 +124,8 @@ def format_table(results: list[Result]) -> str:
     still = [r.name for r in present if r.with_workarounds != "fixed"]
     summary = f"{len(present)} of {len(results)} gaps present; hf-tpu works around {len(closed)}"
     summary += f"; still open: {', '.join(still)}" if still else ""
+    unseen = [r.name for r in results if r.without_workarounds == "not seen"]
+    summary += f"; intermittent, not seen this time (workaround kept): {', '.join(unseen)}" if unseen else ""
     return "\n".join([*lines, summary])
 
 

@@ -28,15 +28,20 @@ def test_every_gap_shows_on_the_emulator_and_hf_tpu_closes_the_fixable_ones(tmp_
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]  # 1: gaps are present
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:-2] if line.startswith("  ")}
     for gap in GAPS:
-        assert lines[gap.name].split()[1] == "present", lines[gap.name]
+        # a race (autograd's exit abort) shows on some machines' schedulers only; hf-tpu's fix must hold anyway
+        seen = ("present", "not") if gap.intermittent else ("present",)
+        assert lines[gap.name].split()[1] in seen, lines[gap.name]
         if gap.workaround:
             assert f"worked around ({gap.workaround})" in lines[gap.name]
         else:
             assert "no workaround: " in lines[gap.name]
-    fixable = sum(gap.workaround is not None for gap in GAPS)
-    assert f"{len(GAPS)} of {len(GAPS)} gaps present; hf-tpu works around {fixable}" in proc.stdout
+    unseen = [name for name, line in lines.items() if line.split()[1] == "not"]
+    fixable = sum(gap.workaround is not None and gap.name not in unseen for gap in GAPS)
+    present = len(GAPS) - len(unseen)
+    assert f"{present} of {len(GAPS)} gaps present; hf-tpu works around {fixable}" in proc.stdout
     saved = json.loads(measured.read_text())
     assert saved["backend"].startswith("emulated-torch_tpu-2chips") and set(saved["gaps"].values()) == {"present"}
+    assert not set(unseen) & set(saved["gaps"])  # "not seen" never saved: it would turn a workaround off
 
 
 def test_the_ideal_profile_has_no_backend_gaps():
@@ -92,6 +97,23 @@ def test_a_measurement_overrides_the_table(tmp_path):
     assert states[0].startswith("skipped: hf-tpu gaps measured it fixed on ") and states[1] == "applied"
     off = run_python(code, env={**env, "HF_TPU_WORKAROUNDS": "0"}).stdout.strip().splitlines()[-1]
     assert json.loads(off) == ["skipped: HF_TPU_WORKAROUNDS=0", "skipped: HF_TPU_WORKAROUNDS=0"]
+
+
+def test_an_intermittent_gap_that_did_not_show_is_not_seen_and_keeps_its_workaround():
+    from hf_tpu.gaps import get, runner
+
+    assert get("autograd_exit_abort").intermittent and not get("cholesky").intermittent
+    assert runner._outcome(0, intermittent=True) == "not seen" and runner._outcome(0) == "fixed"
+    rows = [
+        runner.Result("autograd_exit_abort", "not seen", "fixed", "autograd_drained_at_exit", ""),
+        runner.Result("cholesky", "present", "fixed", "cholesky_on_cpu", "NotImplementedError"),
+    ]
+    table = runner.format_table(rows)
+    assert "autograd_exit_abort  not seen             worked around (autograd_drained_at_exit)" in table
+    assert table.endswith(
+        "1 of 2 gaps present; hf-tpu works around 1; "
+        "intermittent, not seen this time (workaround kept): autograd_exit_abort"
+    )
 
 
 def test_fixes_lists_every_patch_and_workaround_with_its_state():
