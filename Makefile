@@ -1,5 +1,5 @@
 SHELL := /bin/bash
-.PHONY: setup demo test contract harness bench
+.PHONY: setup demo test long multihost contract harness bench
 
 # Install everything (torch pinned first) and build the emulator core.
 setup:
@@ -13,6 +13,14 @@ demo:
 test:
 	bash scripts/test.sh
 
+# The tests marked long (over 30 s each: hf-tpu check --run, hf-tpu gaps over every probe; part of `make test`).
+long:
+	python -m pytest tests -q -p no:cacheprovider --ignore=tests/contract --ignore=tests/harness --ignore=tests/multihost -m long
+
+# Two emulated hosts x two chips: hybrid TP + DP training, layout, generate, a killed host, restarts (part of `make test`).
+multihost:
+	python -m pytest tests/multihost -q -p no:cacheprovider
+
 # The emulator's torch.tpu against the real torch-tpu wheel (builds its environment once; part of `make test`).
 contract:
 	HF_TPU_CONTRACT_REQUIRED=1 python -m pytest tests/contract -q -p no:cacheprovider
@@ -23,5 +31,5 @@ harness:
 
 # Every benchmark, one run each, printing ratios (several minutes on 2 cores).
 bench: setup
-	set -e; for script in emulator_overhead compile generate load diffusion moe_decode tp_load; do \
+	set -e; for script in emulator_overhead compile generate load diffusion moe_decode tp_load multihost; do \
 		echo "== bench/$$script.py"; python bench/$$script.py; done

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from . import _hooks
 
 if TYPE_CHECKING:
+    from .collectives import CollectiveCounts, count_collectives
     from .recompiles import (
         CompileReport,
         GraphCompile,
@@ -22,14 +23,17 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {"CompileReport", "GraphCompile", "RecompileError", "compile_report", "strict_recompile", "watch_compiles"}
+_LAZY_COLLECTIVES = {"CollectiveCounts", "count_collectives"}
 
 __all__ = [
+    "CollectiveCounts",
     "CompileReport",
     "GraphCompile",
     "RecompileError",
     "__version__",
     "backend",
     "compile_report",
+    "count_collectives",
     "strict_recompile",
     "watch_compiles",
 ]
@@ -41,6 +45,10 @@ def __getattr__(name: str) -> Any:
         from . import recompiles
 
         return getattr(recompiles, name)
+    if name in _LAZY_COLLECTIVES:
+        from . import collectives
+
+        return getattr(collectives, name)
     raise AttributeError(f"module 'hf_tpu' has no attribute {name!r}")
 
 

@@ -1,6 +1,8 @@
 """``hf-tpu``: run a script on n (emulated) TPU chips of this host, build the emulator core.
 
 hf-tpu launch -n 4 train.py --lr 1e-4   # torchrun --standalone, one process per chip
+hf-tpu launch -n 8 --nnodes 4 train.py   # on every host of a 4-host slice: torchrun's c10d rendezvous
+hf-tpu launch --emulate-hosts 2 -n 2 train.py   # 2 emulated hosts x 2 chips on this machine
 hf-tpu gaps                              # probe TorchTPU's known gaps here, and what hf-tpu closes
 hf-tpu gaps --show cholesky              # a gap's standalone repro, for a TorchTPU bug report
 hf-tpu gaps --fixes                      # every patch and workaround hf-tpu applies, and why
@@ -13,80 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import time
-
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _die_with_parent() -> None:
-    """In the torchrun child: get SIGTERM if ``hf-tpu launch`` dies, even by SIGKILL (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _end_group(pgid: int, grace: float = 10.0) -> None:
-    """Stop every process of the launch (torchrun and its ranks): SIGTERM, then SIGKILL after ``grace`` s."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-
-
-def _launch(args: argparse.Namespace) -> int:
-    """torchrun in its own process group: signals reach every rank, and no rank outlives the launch."""
-    from ._backend import real_tpu_present
-
-    env = dict(os.environ)
-    if not real_tpu_present():
-        env.setdefault("HF_TPU_EMULATE", "1")
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}"]
-    proc = subprocess.Popen([*cmd, args.script, *args.script_args], env=env, start_new_session=True,
-                            preexec_fn=_die_with_parent)  # fmt: skip
-
-    received: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        try:
-            os.killpg(proc.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
-    try:
-        returncode = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        _end_group(proc.pid, grace=0.0 if proc.poll() is not None else 10.0)
-    if returncode == 0:
-        return 0
-    if received:
-        name = signal.Signals(received[0]).name
-        sys.stderr.write(f"hf-tpu launch: stopped by {name} (forwarded to torchrun and every rank).\n")
-        return 128 + received[0]
-    if returncode < 0:
-        why = f"was stopped by signal {signal.Signals(-returncode).name}"
-    else:
-        why = f"exited with status {returncode}: a rank failed (torchrun's report above names the rank and its error)"
-    sys.stderr.write(f"hf-tpu launch: {args.script} on {args.nproc} chip(s) {why}.\n")
-    return returncode if returncode > 0 else 128 - returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,8 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hf-tpu", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"hf-tpu {hf_tpu.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    launch = sub.add_parser("launch", help="run a script on N chips (emulated when no TPU is present)")
-    launch.add_argument("-n", "--nproc", type=int, required=True, help="number of chips (one process each)")
+    launch = sub.add_parser("launch", help="run a script on N chips per host (emulated when no TPU is present)")
+    launch.add_argument("-n", "--nproc", type=int, required=True, help="chips per host (one process each)")
+    launch.add_argument("--nnodes", type=int, help="hosts (default: TPU_WORKER_HOSTNAMES' count, else 1)")
+    launch.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous (default MASTER_ADDR:MASTER_PORT)")
+    launch.add_argument("--rdzv-id", help="the job's id, the same on every host")
+    launch.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts every rank this often")
+    launch.add_argument("--join-timeout", type=float, default=600, help="seconds for every host to join (600)")
+    launch.add_argument("--emulate-hosts", type=int, help="run this many emulated hosts on this machine")
+    launch.add_argument("--emulate-slices", type=int, help="emulated hosts form this many slices (default: one each)")
+    launch.add_argument("--host-timeout", type=float, default=60, help="emulated hosts: seconds the others get to "
+                        "end after one failed (60)")  # fmt: skip
     launch.add_argument("script")
     launch.add_argument("script_args", nargs=argparse.REMAINDER)
     gaps = sub.add_parser("gaps", help="probe the TPU backend's known gaps (each in its own process)")
@@ -144,9 +82,26 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write((report.to_json() if args.json else check.format_text(report)) + "\n")
         return 0
     if args.command == "launch":
-        if args.nproc < 1:
-            parser.error(f"-n/--nproc must be at least 1, got {args.nproc}")
-        return _launch(args)
+        from . import launch as launching
+
+        for flag, value, least in (("-n/--nproc", args.nproc, 1), ("--nnodes", args.nnodes, 1),
+                                   ("--max-restarts", args.max_restarts, 0), ("--emulate-hosts", args.emulate_hosts, 1),
+                                   ("--emulate-slices", args.emulate_slices, 1)):  # fmt: skip
+            if value is not None and value < least:
+                parser.error(f"{flag} must be at least {least}, got {value}")
+        if args.emulate_slices is not None and args.emulate_hosts is None:
+            parser.error("--emulate-slices needs --emulate-hosts")
+        if args.emulate_hosts is not None and (args.nnodes or args.rdzv_endpoint):
+            parser.error("--emulate-hosts runs every host here: leave out --nnodes and --rdzv-endpoint")
+        job = launching.Launch(args.script, tuple(args.script_args), args.nproc, args.nnodes, args.rdzv_endpoint,
+                               args.rdzv_id, args.max_restarts, args.join_timeout, args.host_timeout)  # fmt: skip
+        try:
+            if args.emulate_hosts is not None:
+                return launching.run_emulated_hosts(job, args.emulate_hosts, args.emulate_slices)
+            return launching.run_host(job)
+        except (ValueError, RuntimeError) as err:
+            sys.stderr.write(f"hf-tpu launch: {err}\n")
+            return 2
     if args.command == "gaps":
         if args.chips is not None and args.chips < 1:
             parser.error(f"--chips must be at least 1, got {args.chips}")

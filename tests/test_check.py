@@ -134,6 +134,7 @@ def test_pipeline_components_match_a_real_load_on_the_emulator(tmp_path):
     del pipe
 
 
+@pytest.mark.long
 def test_run_a_shrunk_copy_feature_by_feature(tmp_path):
     """--run: the architecture's classes at toy size on the emulated TPU; every feature its own process."""
     transformers.Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
@@ -176,6 +177,7 @@ def test_expert_parallel_degrees(tmp_path):
     assert check._expert_parallel(CONFIGS["dense"]()) == {}  # a dense model gets no expert-parallel line
 
 
+@pytest.mark.long
 def test_run_a_diffusers_pipeline_denoiser(tmp_path):
     """--run on a saved SD3 pipeline: its transformer shrunk, loaded, against CPU, compiled with 0 recompiles, TP=2."""
     from tests.diffusers.pipelines import BUILDERS

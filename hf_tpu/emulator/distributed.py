@@ -42,12 +42,40 @@ def _alias(x: Any) -> Any:
     return x
 
 
+class _NamedWork(dist.Work):
+    """gloo's Work(s) behind one Work whose failure names the hosts that are gone.
+
+    Not ``_create_work_from_future``: the Work it makes returns True from ``wait()`` when the future failed, so a
+    collective with a dead peer would pass silently with its output untouched."""
+
+    def __init__(self, works: list[Any], explain: Any) -> None:
+        super().__init__()
+        self._works = works
+        self._explain = explain
+
+    def wait(self, timeout: Any = None) -> bool:
+        for work in self._works:
+            try:
+                work.wait() if timeout is None else work.wait(timeout)
+            except RuntimeError as err:
+                if self._explain is None:
+                    raise
+                raise RuntimeError(self._explain(err)) from err
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        if len(self._works) == 1:
+            return self._works[0].get_future()
+        return torch.futures.collect_all([w.get_future() for w in self._works])
+
+
 class TpuProcessGroup(dist.ProcessGroup):
     """A process group for ``"tpu"`` tensors (CPU tensors work too), backed by gloo."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> None:
         super().__init__(rank, size)
         _join(store, rank, size, min(timeout, join_timeout()))
+        self._where = _where_everyone_is(store, rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._timeout = timeout
         _live.add(self)
@@ -76,13 +104,28 @@ class TpuProcessGroup(dist.ProcessGroup):
     def _call(self, name: str, *args: Any) -> Any:
         if self._gloo is None:
             raise RuntimeError("This tpu_dist process group was shut down (destroy_process_group was called).")
-        return getattr(self._gloo, name)(*(_alias(a) for a in args))
+        try:
+            work = getattr(self._gloo, name)(*(_alias(a) for a in args))
+        except RuntimeError as err:
+            raise RuntimeError(self._explain(name, err)) from err
+        return work if self.size() == 1 else _NamedWork([work], lambda err: self._explain(name, err))
+
+    def _explain(self, op: str, err: BaseException) -> str:
+        """A failed collective's error, naming the hosts whose ranks are gone (or every host, when unsure)."""
+        gone = [r for r, info in enumerate(self._where) if r != self.rank() and not _alive(info)]
+        if gone:
+            hosts = sorted({self._where[r]["host"] for r in gone})
+            ranks = ", ".join(str(r) for r in gone)
+            what = f"rank(s) {ranks} of this group are gone, on host(s) {', '.join(repr(h) for h in hosts)}"
+        else:
+            hosts = sorted({info["host"] for info in self._where})
+            what = f"no peer is known dead; this group spans host(s) {', '.join(repr(h) for h in hosts)}"
+        timeout = self._timeout.total_seconds()
+        return f"tpu_dist: {op} on rank {self.rank()} of {self.size()} failed: {what}. (gloo: {str(err).strip()[:300]}; collective timeout {timeout:.0f} s)"
 
     def _all(self, works: list[Any]) -> Any:
-        """One Work that completes when all of ``works`` have."""
-        from torch._C._distributed_c10d import _create_work_from_future
-
-        return _create_work_from_future(torch.futures.collect_all([w.get_future() for w in works]))
+        """One Work that completes when all of ``works`` have (and fails when one does)."""
+        return _NamedWork(works, None)
 
     # The collectives of c10d's Python ProcessGroup API, each on gloo with tensors aliased.
     def allreduce(self, tensors, opts=None):
@@ -184,6 +227,35 @@ def _join(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) 
         ) from err
 
 
+def _where_everyone_is(store: dist.Store, rank: int, size: int) -> list[dict[str, Any]]:
+    """Each rank's host (the emulated host's name), machine and pid, published through the group's store."""
+    import json
+
+    mine = {"host": os.environ.get("HF_TPU_EMULATOR_HOST") or socket.gethostname(), "machine": socket.gethostname(),
+            "pid": os.getpid()}  # fmt: skip
+    if size == 1:
+        return [mine]
+    store.set(f"hf_tpu_where/{rank}", json.dumps(mine))
+    return [json.loads(store.get(f"hf_tpu_where/{r}")) for r in range(size)]
+
+
+def _alive(info: dict[str, Any]) -> bool:
+    """Whether a peer's process still runs (known only for peers on this machine: emulated hosts)."""
+    if info.get("machine") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed process its parent has not reaped yet is a zombie: gone all the same
+        with open(f"/proc/{int(info['pid'])}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 def _create_process_group(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> TpuProcessGroup:
     return TpuProcessGroup(store, rank, size, timeout)
 
@@ -205,18 +277,60 @@ def _free_port() -> int:
 
 
 def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None = None) -> None:
-    """Set the launch variables every rank must share (never overwriting ones already set).
+    """Set the launch variables every rank must share (never overwriting ones already set), as TorchTPU does.
 
-    The emulator has no slice builder or physical topology: the values are consistent
-    placeholders (one host, ``nproc_per_node`` chips in a row), enough for code that reads them.
+    One host: ``localhost:<free port>`` per chip and a ``1,N,1`` topology (the emulator has no PCI table).
+    Several (``nnodes > 1``, two or more ``TPU_WORKER_HOSTNAMES``, or ``JOB_COMPLETION_INDEX``): one address
+    ``<host>:<TORCH_TPU_BASE_PORT + i>`` per chip of every host, ``NNODES`` from the hostnames, ``NODE_RANK``
+    from the chips' coordinates when ``TORCH_TPU_TOPOLOGY`` describes the slice (an emulated host's index),
+    else ``JOB_COMPLETION_INDEX``; ``MASTER_ADDR`` the first host, ``MASTER_PORT`` 29500.
     """
-    if nnodes not in (None, 1):
-        raise ValueError(f"nnodes={nnodes}: the emulated TPU runs on one host; use nnodes=1.")
-    n = int(nproc_per_node or os.environ.get("WORLD_SIZE") or 1)
-    defaults = {
-        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"localhost:{_free_port()}" for _ in range(n)),
-        "TORCH_TPU_TOPOLOGY": f"1,{n},1",
-        "TORCH_TPU_XPROF_SESSION_ID": str(__import__("time").time_ns()),
-    }
-    for key, value in defaults.items():
-        os.environ.setdefault(key, value)
+    import time
+
+    os.environ.setdefault("TORCH_TPU_XPROF_SESSION_ID", str(time.time_ns()))
+    listed = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    hosts = [h for h in listed.split(",") if h]
+    if nnodes is not None and hosts and nnodes != len(hosts):
+        raise ValueError(
+            "set_tpu_launch_env(): expected nnodes to match the number of hosts in environment variable "
+            f'TPU_WORKER_HOSTNAMES ({len(hosts)}: "{listed}"), got {nnodes}'
+        )
+    completion_index = os.environ.get("JOB_COMPLETION_INDEX")
+    if not ((nnodes or 1) > 1 or len(hosts) > 1 or completion_index is not None):
+        n = int(nproc_per_node or os.environ.get("WORLD_SIZE") or 1)
+        os.environ.setdefault(
+            "TORCH_TPU_SLICEBUILDER_ADDRESSES", ",".join(f"localhost:{_free_port()}" for _ in range(n))
+        )
+        os.environ.setdefault("TORCH_TPU_TOPOLOGY", f"1,{n},1")
+        return
+
+    def require_hosts() -> list[str]:
+        if not hosts:
+            raise ValueError(
+                "set_tpu_launch_env(): expected environment variable TPU_WORKER_HOSTNAMES to be a comma-separated "
+                "list of worker hostnames or IP addresses, got it as unset"
+            )
+        return hosts
+
+    slice_topology = os.environ.get("TORCH_TPU_TOPOLOGY")
+    if "TORCH_TPU_SLICEBUILDER_ADDRESSES" not in os.environ:
+        base = int(os.environ.get("TORCH_TPU_BASE_PORT", "8070"))
+        per_host = int(os.environ.get("TORCH_TPU_DEVICES_PER_HOST") or nproc_per_node or 8)
+        os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"] = ",".join(
+            f"{host}:{base + i}" for host in require_hosts() for i in range(per_host)
+        )
+    if "NNODES" not in os.environ:
+        os.environ["NNODES"] = str(nnodes if nnodes is not None else len(require_hosts()))
+    if "NODE_RANK" not in os.environ:
+        index = os.environ.get("HF_TPU_EMULATOR_HOST_INDEX")  # what the emulated chips' coordinates say
+        if slice_topology and index is not None:
+            os.environ["NODE_RANK"] = index
+        elif completion_index is not None:
+            os.environ["NODE_RANK"] = completion_index
+        else:
+            raise ValueError(
+                "set_tpu_launch_env(): expected the slice's topology with environment variable TORCH_TPU_TOPOLOGY, "
+                "or environment variable JOB_COMPLETION_INDEX, to derive NODE_RANK, got neither"
+            )
+    os.environ.setdefault("MASTER_ADDR", require_hosts()[0])
+    os.environ.setdefault("MASTER_PORT", "29500")

@@ -94,8 +94,9 @@ def parse_slice(text: str) -> tuple[str, int]:
     per_host = CHIPS_PER_HOST[key]
     if chips > per_host:
         raise ValueError(
-            f"HF_TPU_EMULATOR_SLICE={text!r} spans {chips // per_host} hosts ({per_host} chips per {key} host); the "
-            f"emulator models one host per process tree: use {key}-{per_host} or fewer."
+            f"HF_TPU_EMULATOR_SLICE={text!r} spans {chips // per_host} hosts ({per_host} chips per {key} host); a "
+            f"process tree emulates one host: run `hf-tpu launch --emulate-hosts {chips // per_host} -n {per_host} "
+            f"--emulate-slices 1 SCRIPT` for the whole slice, or use {key}-{per_host} or fewer."
         )
     return key, chips
 

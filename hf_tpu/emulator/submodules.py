@@ -88,15 +88,16 @@ def build_distributed() -> types.ModuleType:
         allow_split_physical_axes: bool = False,
         contiguous_submeshes: bool = False,
     ) -> torch.Tensor:
-        """Device ids laid out as ``mesh_shape``; emulated chips have no physical topology to follow."""
-        shape = tuple(int(s) for s in mesh_shape)
-        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        size = 1
-        for s in shape:
-            size *= s
-        if size != world:
-            raise ValueError(f"mesh_shape {shape} has {size} devices but the world has {world} processes.")
-        return torch.arange(world, dtype=torch.int64).reshape(shape)
+        """Global ranks laid out as ``mesh_shape`` (int64), for ``DeviceMesh("tpu", mesh=...)``: the emulated
+        chips in (slice, host, chip) order, split across slices along ``dcn_mesh_shape`` (inferred: the outermost
+        axis longer than 1) as TorchTPU's hybrid mesh. Needs an initialised process group (a collective)."""
+        from .topology import gather_chips, rank_layout
+
+        if not torch.distributed.is_initialized():
+            raise RuntimeError(
+                "PyTorch distributed process group must be initialized before calling topology_aware_mesh."
+            )
+        return rank_layout(gather_chips(), mesh_shape, dcn_mesh_shape)
 
     def spmd_safe(func: Any) -> Any:
         """Mark ``func`` as run identically on every rank. TorchTPU then fuses its collectives with the

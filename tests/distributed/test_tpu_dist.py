@@ -80,10 +80,12 @@ def test_backends_registered_for_the_tpu_device():
 def test_set_tpu_launch_env_never_overwrites(monkeypatch):
     import torch
 
+    monkeypatch.setattr(os, "environ", os.environ.copy())  # everything it sets goes away afterwards
     monkeypatch.setenv("TORCH_TPU_TOPOLOGY", "keep")
     monkeypatch.delenv("TORCH_TPU_SLICEBUILDER_ADDRESSES", raising=False)
     torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=4)
     assert os.environ["TORCH_TPU_TOPOLOGY"] == "keep"
     assert len(os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == 4
-    with pytest.raises(ValueError, match="one host"):
+    monkeypatch.delenv("TPU_WORKER_HOSTNAMES", raising=False)
+    with pytest.raises(ValueError, match="NODE_RANK"):  # multi-host needs to know which host this is, as TorchTPU
         torch.tpu.distributed.set_tpu_launch_env(nnodes=2)

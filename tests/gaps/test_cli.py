@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from hf_tpu.gaps import GAPS
 from tests.conftest import run_python
 
@@ -22,6 +24,7 @@ def hf_tpu(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.long
 def test_every_gap_shows_on_the_emulator_and_hf_tpu_closes_the_fixable_ones(tmp_path):
     measured = tmp_path / "gaps.json"
     proc = hf_tpu("gaps", "--chips", "2", HF_TPU_GAPS_FILE=str(measured))
