@@ -29,7 +29,14 @@ PACKAGES = (
 )
 # TorchTPU's hardware table (PCI device id -> generation), as in torch-tpu 0.2.0.
 PCI_GENERATIONS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
-_SETTINGS_PREFIXES = ("HF_TPU_", "TPU_", "TORCH_TPU_", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PJRT_")
+_SETTINGS_PREFIXES = (
+    "HF_TPU_",
+    "TPU_",
+    "TORCH_TPU_",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "PJRT_",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+)
 
 
 def _version(name: str) -> str:

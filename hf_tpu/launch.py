@@ -125,6 +125,11 @@ def host_env(launch: Launch, base: dict[str, str] | None = None) -> dict[str, st
     if not real_tpu_present():
         env.setdefault("HF_TPU_EMULATE", "1")
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // launch.nproc)))
+    if launch.max_restarts > 0:
+        # torchrun's agent keeps one TCPStore for every attempt, so a restarted rank can read a dead rank's
+        # address from the attempt before and fail to connect (pytorch/pytorch#135712, still so in 2.13):
+        # one store per attempt, held by rank 0, as torchrun did before it shared the agent's
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     hosts = _hostnames(env)
     if launch.nnodes is not None and hosts and len(hosts) != launch.nnodes:
         raise ValueError(

@@ -1,7 +1,8 @@
 """Trains a tiny model with Trainer or a bare accelerate loop, on however many chips it was launched on.
 
 Run by tests/accelerate/test_multi_chip.py: alone (one process, global batch on one chip) and under
-``hf-tpu launch -n 2`` / ``accelerate launch`` (each rank half the batch). Prints one JSON line per rank.
+``hf-tpu launch -n 2`` / ``accelerate launch`` (each rank half the batch). Each rank writes its result to OUT/result-<rank>.json (two ranks printing
+to one pipe can interleave their lines).
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ def tiny_model() -> torch.nn.Module:
         num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
     )  # fmt: skip
     return transformers.Qwen3ForCausalLM(config)
+
+
+def report(result: dict, out: str) -> None:
+    """One file per rank, written whole and then renamed into place."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"result-{result['process_index']}.json")
+    with open(path + ".part", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".part", path)
 
 
 def save_weights(model: torch.nn.Module, out: str) -> None:
@@ -113,5 +123,4 @@ def loop(out: str) -> dict:
 
 if __name__ == "__main__":
     kind, out = sys.argv[1], sys.argv[2]
-    result = {"trainer": trainer, "loop": loop}[kind](out)
-    print("RESULT " + json.dumps(result), flush=True)
+    report({"trainer": trainer, "loop": loop}[kind](out), out)

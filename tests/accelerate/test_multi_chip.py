@@ -34,12 +34,17 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _results(out: Path, ranks: int, proc: subprocess.CompletedProcess) -> list[dict]:
+    """The ranks' result files (multi_chip_worker.report), in rank order."""
+    results = [json.loads(path.read_text()) for path in sorted(out.glob("result-*.json"))]
+    assert len(results) == ranks, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return sorted(results, key=lambda r: r["process_index"])
+
+
 def _run(cmd: list[str], env: dict[str, str], ranks: int) -> list[dict]:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    results = [json.loads(line[len("RESULT ") :]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(results) == ranks, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return sorted(results, key=lambda r: r["process_index"])
+    return _results(Path(cmd[-1]), ranks, proc)
 
 
 def one_chip(kind: str, out: Path, precision: str = "no") -> list[dict]:
@@ -90,23 +95,20 @@ def test_notebook_launcher_trains_on_two_chips(tmp_path, loop_on_one_chip):
     """Forked children bind to their own chips at first use (as TorchTPU's runtime initialises lazily)."""
     single, ref = loop_on_one_chip
     code = f"""
-        import json, sys
+        import sys
         from accelerate import notebook_launcher  # accelerate first: hf-tpu's patches wait for it to finish
 
         def train():
             sys.path.insert(0, {str(WORKER.parent)!r})
             import multi_chip_worker
-            print("RESULT " + json.dumps(multi_chip_worker.loop({str(tmp_path)!r})), flush=True)
+            multi_chip_worker.report(multi_chip_worker.loop({str(tmp_path)!r}), {str(tmp_path)!r})
 
         notebook_launcher(train, num_processes=2)
     """
     proc = run_python(code, env={"HF_TPU_EMULATE": "1", "HF_TPU_EMULATOR_CHIPS": "2", "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "Launching training on 2 TPUs." in proc.stdout
-    ranks = sorted(
-        (json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")),
-        key=lambda r: r["process_index"],
-    )
+    ranks = _results(tmp_path, 2, proc)
     assert_distributed_like_one_chip(ranks, single, tmp_path, ref, "no")
 
 

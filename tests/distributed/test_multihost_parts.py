@@ -94,6 +94,18 @@ def test_torchrun_gets_the_c10d_rendezvous_on_many_hosts():
     }
 
 
+def test_restarts_get_a_rendezvous_store_per_attempt():
+    # torchrun shares one store across attempts: a restarted rank could dial a dead rank's address (#135712)
+    def store_setting(restarts: int, base: dict[str, str]) -> str | None:
+        return launch.host_env(launch.Launch("x.py", (), 2, max_restarts=restarts), base=base).get(
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+        )
+
+    assert store_setting(1, {}) == "1"
+    assert store_setting(0, {}) is None
+    assert store_setting(1, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}) == "0"  # the user's choice is kept
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [

@@ -35,7 +35,8 @@ def model_dir(tmp_path_factory) -> Path:
 def launch(check: str, model: Path, out: Path, *flags: str, hosts: int = 2, chips: int = 2, timeout: float = 420):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
     env["PYTHONPATH"] = str(ROOT)
-    cmd = [sys.executable, "-m", "hf_tpu.cli", "launch", "--emulate-hosts", str(hosts), "-n", str(chips), *flags,
+    emulate = ["--emulate-hosts", str(hosts)] if hosts > 1 else []
+    cmd = [sys.executable, "-m", "hf_tpu.cli", "launch", *emulate, "-n", str(chips), *flags,
            str(WORKER), check, str(model), str(out)]  # fmt: skip
     # the timeout is the bound on a job that must end by itself (a dead host included): no hang
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -102,9 +103,12 @@ def test_a_host_killed_mid_run_ends_the_job_naming_it(model_dir, tmp_path):
     assert not (tmp_path / "die.json").exists()
 
 
-def test_torchrun_restarts_every_rank_and_a_checkpointed_loop_resumes(model_dir, tmp_path):
-    got = result(launch("restart", model_dir, tmp_path, "--max-restarts", "1", chips=1), tmp_path, "restart")
-    assert got["restarts"] == 1  # host 1 failed once at step 3; every rank restarted and resumed from step 3
+@pytest.mark.parametrize(("hosts", "chips"), [(2, 1), (1, 2)], ids=["2-hosts", "1-host"])
+def test_torchrun_restarts_every_rank_and_a_checkpointed_loop_resumes(model_dir, tmp_path, hosts, chips):
+    proc = launch("restart", model_dir, tmp_path, "--max-restarts", "1", hosts=hosts, chips=chips)
+    got = result(proc, tmp_path, "restart")
+    # rank 1 failed once at step 3; every rank restarted (one store per attempt: see launch.host_env) and resumed
+    assert got["restarts"] == 1 and got["resumed_at"] == 3, got
     # the uninterrupted loop, here on CPU: one Linear, each of the 2 ranks its own batch, gradients averaged
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)

@@ -115,9 +115,11 @@ def restart() -> None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, losses = state["step"], state["losses"]
+    resumed_at = start
     x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(1))
     for step in range(start, 6):
-        if step == 3 and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and dist.get_rank() == 1:
+        if step == 3 and dist.get_rank() == 1 and not (OUT / "planted").exists():
+            (OUT / "planted").touch()  # a file, not TORCHELASTIC_RESTART_COUNT: that count is per host
             raise SystemExit("planted failure at step 3 (first attempt only)")
         loss = model(x[dist.get_rank()].to("tpu")).pow(2).mean()
         loss.backward()
@@ -134,7 +136,10 @@ def restart() -> None:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1,
                         "losses": losses}, checkpoint)  # fmt: skip
         dist.barrier()
-    write({"losses": losses, "restarts": int(os.environ["TORCHELASTIC_RESTART_COUNT"])})
+    # torchrun counts restarts per host (a host restarted for the other's failure may count 0): the largest
+    restarts = torch.tensor([int(os.environ["TORCHELASTIC_RESTART_COUNT"])], device="tpu")
+    dist.all_reduce(restarts, op=dist.ReduceOp.MAX)
+    write({"losses": losses, "restarts": int(restarts), "resumed_at": resumed_at})
 
 
 def main() -> None:
