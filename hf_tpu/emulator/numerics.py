@@ -147,6 +147,11 @@ _MATMUL_OPERANDS = {
     aten.dot: (0, 1),
     aten._grouped_mm: (0, 1),
 }
+# Ops that only re-index their input: rounding commutes with them (it is elementwise).
+_VIEW_OPS = frozenset(
+    (aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default, aten._unsafe_view.default,
+     aten.reshape.default, aten.unsqueeze.default, aten.squeeze.dim, aten.expand.default, aten.alias.default)
+)  # fmt: skip
 
 
 def graph_key(gaps: frozenset[str]) -> tuple:
@@ -170,12 +175,32 @@ class _Rewriter:
         self.graph = graph
         self.precision = precision
         self.gaps = gaps
+        self.placeholders = list(graph.find_nodes(op="placeholder"))
+        self.rounded: dict[torch.fx.Node, torch.fx.Node] = {}  # graph input -> its rounded copy (a new input)
 
     def call(self, op: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
         return self.graph.call_function(op, args, kwargs)
 
     def round(self, x: Any) -> torch.fx.Node:
-        return self.call(torch.ops.hf_tpu_emulator.round_to_bf16.default, x)
+        """``x`` rounded to bfloat16. A graph input (or a view of one: a weight's ``t()``) is rounded by the
+        caller instead, as an extra input (see ``apply_to_graph``): a weight then once per version, not per call."""
+        views = []
+        root = x
+        while isinstance(root, torch.fx.Node) and root.op == "call_function" and root.target in _VIEW_OPS:
+            views.append(root)
+            root = root.args[0]
+        if not (isinstance(root, torch.fx.Node) and root.op == "placeholder" and _is_f32(root)):
+            return self.call(torch.ops.hf_tpu_emulator.round_to_bf16.default, x)
+        if root not in self.rounded:
+            last = next(reversed(self.rounded.values()), self.placeholders[-1])
+            with self.graph.inserting_after(last):
+                copy = self.graph.placeholder(f"{root.name}_bf16")
+            copy.meta["val"] = _val(root)
+            self.rounded[root] = copy
+        out = self.rounded[root]
+        for view in reversed(views):
+            out = self.call(view.target, out, *view.args[1:], **view.kwargs)
+        return out
 
     def split(self, x: Any) -> tuple[torch.fx.Node, torch.fx.Node]:
         hi = self.round(x)
@@ -276,10 +301,13 @@ class _Rewriter:
                 user.replace_all_uses_with(back, delete_user_cb=lambda n, back=back: n is not back)
 
 
-def apply_to_graph(gm: torch.fx.GraphModule, gaps: frozenset[str]) -> None:
-    """Rewrite an ATen graph (before it is compiled for the CPU) so it computes what the chip would."""
+def apply_to_graph(gm: torch.fx.GraphModule, gaps: frozenset[str]) -> list[int]:
+    """Rewrite an ATen graph (before it is compiled for the CPU) so it computes what the chip would.
+
+    Returns the positions of the inputs whose bfloat16 rounding the graph now takes as extra inputs, after its
+    own, in this order: the caller passes ``rounded_operand(input)`` for each (the eager weight cache)."""
     if not _enabled:
-        return
+        return []
     rewriter = _Rewriter(gm.graph, current(), gaps)
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not hasattr(node.target, "overloadpacket"):
@@ -297,3 +325,4 @@ def apply_to_graph(gm: torch.fx.GraphModule, gaps: frozenset[str]) -> None:
             rewriter.attention(node, 5, "attn_mask", 3)
     gm.graph.lint()
     gm.recompile()
+    return [rewriter.placeholders.index(root) for root in rewriter.rounded]

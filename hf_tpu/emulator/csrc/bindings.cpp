@@ -122,6 +122,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_tpu_numerics", &set_tpu_numerics, py::arg("enabled"));
   m.def("tpu_numerics", &tpu_numerics);
   m.def("round_to_bf16", &round_to_bf16, py::arg("x"), "float32 CPU tensor rounded to bfloat16, kept in float32.");
+  m.def("rounded_operand", &rounded_operand, py::arg("t"),
+        "A matmul operand rounded to bfloat16 (CPU tensor); a weight's once per version, as in eager.");
   m.def("set_capacity", &set_capacity, py::arg("nbytes"));
   m.def("capacity", &capacity);
   m.def("take_largest_allocation", &take_largest_allocation,

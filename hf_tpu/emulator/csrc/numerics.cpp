@@ -404,6 +404,13 @@ at::Tensor round_to_bf16(const at::Tensor& x) {
   return round_dense(x.is_non_overlapping_and_dense() ? x : x.contiguous());
 }
 
+at::Tensor rounded_operand(const at::Tensor& t) {
+  if (t.device().type() != kTpu) {
+    return round_to_bf16(t);
+  }
+  return transformed(c10::IValue(t), kRound, [&] { return round_to_bf16(cpu_alias(t)); });
+}
+
 // Every overload of each op gets its rule (functional, out=, in-place, dtype variants).
 void register_numerics_kernels() {
   static std::once_flag once;

@@ -131,6 +131,9 @@ void set_tpu_numerics(bool enabled);
 bool tpu_numerics();
 // float32 -> nearest bfloat16 (ties to even), kept in float32; NaN stays NaN. CPU tensors.
 at::Tensor round_to_bf16(const at::Tensor& x);
+// A matmul operand rounded to bfloat16 as a CPU tensor: a weight's (see is_weight in numerics.cpp)
+// computed once per version and kept, as in eager; any other tensor's computed now. For compiled graphs.
+at::Tensor rounded_operand(const at::Tensor& t);
 
 // ---- transfer and sync counters (bindings.cpp) --------------------------
 enum class Event : int { kHostToDevice = 0, kDeviceToHost = 1, kSync = 2 };
