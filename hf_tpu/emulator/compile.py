@@ -131,19 +131,17 @@ class _CompiledGraph:
         self.entry: dict[str, Any] = {"read_count": 0, "compilation_duration": 0.0, "last_read": None}
         self.lock = threading.Lock()
 
-    def _prepare(self) -> torch.fx.GraphModule:
+    def _prepare(self) -> None:
         """The CPU graph, rewritten to compute what the chip computes (once, on the first call)."""
         with self.lock:
             if self.cpu_gm is None:
                 cpu_gm = _to_cpu_graph(self.gm)
                 self.rounded_inputs = numerics.apply_to_graph(cpu_gm, gaps.reproduced())
                 self.cpu_gm = cpu_gm
-        return self.cpu_gm
 
     def _compile(self, cpu_args: list[Any]) -> Callable[..., Any]:
         start = time.perf_counter()
-        cpu_gm = self.cpu_gm  # prepared by the caller
-        assert cpu_gm is not None
+        cpu_gm = self.cpu_gm  # set by _prepare, which __call__ runs first
 
         def build() -> Callable[..., Any]:
             # A fresh thread: none of the caller's AOTAutograd runtime state (TLS dispatch

@@ -88,7 +88,7 @@ def _returns(annotation: Any, jax: Any) -> tuple[str, int | None]:
     raise ValueError(f"jax_op: unsupported return annotation {annotation!r}; return a jax.Array or a tuple of them.")
 
 
-# dtypes NumPy has: their tensors enter the jitted function as zero-copy NumPy views, which jit's C++ dispatch
+# dtypes NumPy has: their tensors enter the jitted function as NumPy views of their memory, which jit's C++ dispatch
 # takes in ~3 us; jax.dlpack.from_dlpack costs ~19 us a tensor (Python checks, asarray, placement), a third of a
 # small MoE layer's call. bfloat16 and the float8s have no NumPy dtype and cross through DLPack.
 _NUMPY_DTYPES = frozenset(
@@ -98,7 +98,7 @@ _NUMPY_DTYPES = frozenset(
 
 
 def _to_jax(t: torch.Tensor | None, jax: Any) -> Any:
-    """The tensor's memory as a JAX argument, without a copy (only a non-contiguous tensor is copied)."""
+    """The tensor as a JAX argument: a view of its memory (a non-contiguous tensor is made contiguous first)."""
     if t is None:
         return None
     cpu = (_build.load().cpu_alias(t) if t.device.type == "tpu" else t).detach().contiguous()
