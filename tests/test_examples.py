@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
@@ -24,6 +26,7 @@ def test_transformers_generate_example_runs_on_the_emulator():
     assert "hf-tpu: emulated TPU v6e" in proc.stderr
 
 
+@pytest.mark.long
 def test_diffusers_sd3_example_compiles_once_and_reuses_the_graph(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
     out = tmp_path / "cat.png"
@@ -40,6 +43,7 @@ def test_diffusers_sd3_example_compiles_once_and_reuses_the_graph(tmp_path):
     assert f"saved {out} (64x64) from tpu:0" in proc.stdout and out.stat().st_size > 0
 
 
+@pytest.mark.long
 def test_tp_generate_example_runs_on_two_emulated_chips():
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
     proc = subprocess.run(
@@ -53,6 +57,7 @@ def test_tp_generate_example_runs_on_two_emulated_chips():
     assert "new tokens with tp_size=2" in proc.stdout
 
 
+@pytest.mark.long
 def test_train_demo_learns_on_tpu_with_one_graph():
     """`make demo`: trains on tpu and on CPU from the same start; 30 steps here (the demo runs 200)."""
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}

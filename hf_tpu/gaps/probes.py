@@ -33,6 +33,35 @@ def needs_chips(n):
 
 """
 
+# torch's exit race, made to happen: a process whose last backward ran on the device exits while autograd's
+# worker thread still holds that backward's task (and in it a Python object). Pinned to one CPU, the main thread
+# outranks the worker (SCHED_FIFO where the process may, else the worker runs SCHED_IDLE), so the worker is
+# still inside that window when the main thread returns; the last exit handler then holds the GIL for 2 ms
+# (a ctypes.PyDLL call keeps it) while the worker runs: the worker drops the task, waits for the GIL, and is
+# still waiting when the interpreter starts finalizing, which ends the thread inside a noexcept destructor
+# (std::terminate, status 134). Without the main thread's priority, the same happens in a fraction of runs
+# that depends on the machine's scheduler. `python -c EXIT_RACE_CHILD N` pins it to the N-th allowed CPU.
+EXIT_RACE_CHILD = """\
+import atexit, ctypes, os, sys
+
+atexit.register(ctypes.PyDLL(None).usleep, 2000)  # registered first, so it runs last
+cpus = sorted(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpus[int(sys.argv[1]) % len(cpus)] if len(sys.argv) > 1 else cpus[0]})
+import torch
+
+x = torch.ones(8, device="tpu", requires_grad=True)
+(x * 2).sum().backward()  # starts autograd's device worker
+workers = [t for t in os.listdir("/proc/self/task") if open(f"/proc/self/task/{t}/comm").read().startswith("pt_autograd_")]
+assert workers, "no autograd device worker thread (pt_autograd_*) found"
+for tid in workers:
+    os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+except PermissionError:
+    pass
+(x * 2).sum().backward()
+"""
+
 _BODIES = {
     "cholesky": """
 spd = torch.eye(4, device=DEVICE) * 3.0
@@ -160,19 +189,17 @@ else:  # torch itself disables autocast (with a warning) for a dtype the backend
     if product.dtype != torch.float32:
         raise RuntimeError(f"torch.autocast accepted dtype=torch.int8; a float32 matmul came back as {product.dtype}")
 """,
-    "autograd_exit_abort": """
-# The abort is a race between the main thread's exit and autograd's device worker: on one core it shows in
-# about 3 of 4 runs (on many cores, in fewer), so each child is pinned to one CPU.
-child = (
-    "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); import torch; "
-    "x = torch.ones(8, device='tpu', requires_grad=True); (x * 2).sum().backward()"
-)
-for attempt in range(12):
+    "autograd_exit_abort": f"""
+# The abort is a race between the main thread's exit and autograd's device worker. The child makes it
+# happen on purpose (see EXIT_RACE_CHILD), so a few runs show it: on one core its main thread outranks the
+# worker, and its last exit handler holds the GIL while the worker runs.
+child = {EXIT_RACE_CHILD!r}
+for attempt in range(5):
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(
-            f"run {attempt + 1}: a process that ran a backward exited with {proc.returncode} "
-            f"(-6 or 134: aborted): {proc.stderr.strip()[-200:]}"
+            f"run {{attempt + 1}}: a process that ran a backward exited with {{proc.returncode}} "
+            f"(-6 or 134: aborted): {{proc.stderr.strip()[-200:]}}"
         )
 """,
     "safetensors_device": """

@@ -71,6 +71,7 @@ def loop_on_one_chip(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dic
     return one_chip("loop", out), out
 
 
+@pytest.mark.long
 def test_trainer_under_hf_tpu_launch_is_distributed_and_equals_one_process(tmp_path):
     single = one_chip("trainer", tmp_path / "one")
     assert single[0]["world_size"] == 1 and single[0]["parallel_mode"] == "ParallelMode.NOT_PARALLEL"
@@ -81,6 +82,7 @@ def test_trainer_under_hf_tpu_launch_is_distributed_and_equals_one_process(tmp_p
     assert_distributed_like_one_chip(ranks, single, tmp_path / "two", tmp_path / "one", "no")
 
 
+@pytest.mark.long
 def test_accelerate_launch_bf16_loop_is_distributed_and_equals_one_process(tmp_path):
     single = one_chip("loop", tmp_path / "one", precision="bf16")
     env = _env(HF_TPU_EMULATE="1", HF_TPU_EMULATOR_CHIPS="2", MIXED_PRECISION="bf16")

@@ -25,6 +25,7 @@ def images(pipe, name: str, **overrides) -> np.ndarray:
     return pipe(**call_kwargs(name, **overrides), generator=torch.Generator("tpu").manual_seed(0)).images
 
 
+@pytest.mark.long
 def test_sd3_compile_pipeline_warm_up_then_no_recompiles(pipeline_dir):
     torch._dynamo.reset()  # diffusers' forward wrapper is one code object for every model: start afresh
     pipe = load("sd3", pipeline_dir("sd3")).to("tpu")
@@ -48,7 +49,7 @@ def test_sd3_compile_pipeline_warm_up_then_no_recompiles(pipeline_dir):
     assert "'sample' dim 2 changed 16 → 24" in resized.compiles[1].reason
 
 
-@pytest.mark.parametrize("name", ["flux", "qwenimage", "sdxl"])
+@pytest.mark.parametrize("name", ["flux", "qwenimage", pytest.param("sdxl", marks=pytest.mark.long)])
 def test_blog_recipe_one_graph_for_every_step(pipeline_dir, name):
     # The blog's line, on the denoiser only. SDXL passes `t` from `for t in timesteps` (a view whose
     # storage offset moves each step; TorchTPU guards offsets): G12 clones it, else 1 graph per step.

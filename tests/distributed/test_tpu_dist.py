@@ -40,7 +40,7 @@ def test_every_collective_matches_gloo_on_cpu_with_2_chips():
     assert_ok(proc, 2, "identity", *names)
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.long)])
 def test_tensor_parallel_mlp_equals_one_process(n):
     proc = launch(n, "identity", "tensor_parallel")
     assert_ok(proc, n, "identity", "tensor_parallel")

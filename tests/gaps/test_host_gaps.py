@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
+
 from tests.conftest import run_python
 
 EIGHT_CHIPS = {"HF_TPU_EMULATE": "1", "HF_TPU_EMULATOR_SLICE": "v6e-8"}
@@ -91,6 +93,7 @@ def test_a_torchrun_rank_sees_its_own_chip_as_tpu_0():
     assert out == [1, 0]
 
 
+@pytest.mark.long
 def test_device_sharing_a_second_process_cannot_open_a_held_chip():
     holder = textwrap.dedent(
         """
@@ -120,6 +123,7 @@ def test_device_sharing_a_second_process_cannot_open_a_held_chip():
     assert "CHILD 0 " in idle.stdout, idle.stdout + idle.stderr[-2000:]
 
 
+@pytest.mark.long
 def test_bad_host_settings_are_clear_errors():
     for env, message in (
         ({"HF_TPU_EMULATOR_SLICE": "v6e-16"}, "spans 2 hosts"),

@@ -60,7 +60,7 @@ OKS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.long)])
 def test_tp_equals_one_chip(models_dir, n):
     """TP=n logits/images/tokens equal CPU for every model; ~1/n read and allocated per chip (llama);
     at n=2 also: bfloat16 against CPU bfloat16 and compiled static-cache decoding; at n=4: a plan that does not
@@ -113,6 +113,7 @@ def test_rank_that_dies_ends_every_rank_naming_it(models_dir):
     assert "rank      : 1 (local_rank: 1)" in root_cause and "exitcode  : 3" in root_cause, root_cause
 
 
+@pytest.mark.long
 def test_rank_that_never_joins_fails_every_rank_naming_it(models_dir):
     proc = launch(2, models_dir, "never_join", env={"HF_TPU_JOIN_TIMEOUT": "5"}, timeout=120)  # bound: no hang
     assert proc.returncode != 0
@@ -219,6 +220,7 @@ def test_device_map_tpu_is_the_local_chip():
     assert not _local_chip_only("cpu") and not _local_chip_only({"a": "tpu", "b": "cpu"}) and not _local_chip_only(1)
 
 
+@pytest.mark.long
 def test_sd3_pipeline_image_equals_one_chip():
     """The whole SD3 pipeline, transformer and T5 sharded over 2 chips, gives one chip's image (float32)."""
     example = HERE.parents[1] / "examples" / "diffusers_tp.py"

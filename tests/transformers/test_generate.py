@@ -72,7 +72,7 @@ def test_explicit_compile_config_suits_tpu(models):
 def test_bucketing_reuses_the_graph_and_keeps_tokens(models, qwen3_dir):
     cpu, _ = models
     # Growing prompt lengths on fresh models (transformers reuses a static cache that is already long enough).
-    lengths = [5, 7, 9, 11, 13]
+    lengths = [5, 9, 13]
     kwargs = dict(max_new_tokens=6, do_sample=False, cache_implementation="static")
     torch._dynamo.reset()
     tpu = transformers.AutoModelForCausalLM.from_pretrained(qwen3_dir, device_map="tpu")
@@ -87,7 +87,7 @@ def test_bucketing_reuses_the_graph_and_keeps_tokens(models, qwen3_dir):
             out = tpu.generate(**pad_to_bucket(ids.to("tpu"), buckets=(16,)), **kwargs)
             expected = cpu.generate(ids, max_new_tokens=6, do_sample=False)
             assert out[:, 16:].cpu().tolist() == expected[:, n:].tolist()
-    print(f"\ncompiles for 5 prompt lengths: {plain.count()} without bucketing, {bucketed.count()} with")
+    print(f"\ncompiles for {len(lengths)} prompt lengths: {plain.count()} without bucketing, {bucketed.count()} with")
     assert plain.count() >= len(lengths) and bucketed.count() == 1
     assert "dim 2 changed" in plain.recompiles[0].reason  # the cache length followed the prompt
 

@@ -281,7 +281,11 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
 }
 
 // Composite kernels beat a backend fallback. Route to the CPU kernels the ops that have both
-// a CPU kernel and a CompositeExplicitAutograd one, so results are bit-identical to CPU.
+// a CPU kernel and a CompositeExplicitAutograd one, so results are bit-identical to CPU; and the
+// structured ops (add, mul, pow, mean, silu, ...), whose CompositeExplicitAutogradNonFunctional
+// kernel would build a TensorIterator over the device tensors, allocate the output through the
+// dispatcher and call the out= op through the fallback: two TensorIterators and three dispatches
+// per op, where the CPU kernel needs one of each.
 // (convolution, whose composite would call a *_overrideable hook, has a kernel in numerics.cpp.)
 std::vector<std::string> route_composites_to_cpu() {
   static std::once_flag once;
@@ -297,7 +301,8 @@ std::vector<std::string> route_composites_to_cpu() {
       }
       auto handle = dispatcher.findOp(name);
       if (handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
-          handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+          (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+           handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) &&
           !handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
         names.push_back(name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name));
       }
