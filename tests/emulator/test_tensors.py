@@ -196,3 +196,29 @@ def test_efficient_zero_gradients():
     assert g._is_zerotensor() and g.device.type == "tpu"
     assert torch.equal(g.cpu(), torch.zeros(4, 4))
     assert torch.equal((g + 1).cpu(), torch.ones(4, 4))
+
+
+def _dispatched_ops(device: str) -> list[str]:
+    """The aten ops one small decode-like sequence dispatches on ``device``, in order."""
+    a = torch.randn(2, 8, device=device)
+    b = torch.randn(2, 8, device=device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        a + b
+        a * b
+        a * 0.5
+        torch.rsqrt(a.abs())
+        a.pow(2).mean(-1, keepdim=True)
+        torch.nn.functional.silu(a)
+        torch.cat([a, b], -1)
+        a.add_(b)
+    return [e.name for e in prof.events() if e.name.startswith("aten::")]
+
+
+def test_structured_ops_dispatch_like_cpu():
+    """add, mul, pow, mean, ... dispatch exactly the ops they dispatch on CPU: their CPU kernel, once.
+
+    Their CompositeExplicitAutogradNonFunctional kernel, which wins over a backend fallback, would instead
+    allocate the output through the dispatcher (aten::empty) and call the out= op: three dispatches and two
+    TensorIterators per op, the emulator's largest per-op cost in eager decoding before it was routed.
+    """
+    assert _dispatched_ops("tpu") == _dispatched_ops("cpu")

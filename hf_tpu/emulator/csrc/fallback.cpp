@@ -5,6 +5,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -13,7 +14,8 @@
 namespace hf_tpu {
 namespace {
 
-// Per-call bookkeeping: which CPU alias stands for which device tensor/storage.
+// Per-call bookkeeping: which CPU alias stands for which device tensor/storage. Inline storage for
+// the usual handful of entries: no heap allocation for the bookkeeping of a typical op.
 class AliasMap {
  public:
   explicit AliasMap(c10::DeviceIndex device) : device_(device) {}
@@ -100,9 +102,9 @@ class AliasMap {
   }
 
   c10::DeviceIndex device_;
-  std::vector<StorageEntry> storages_;
-  std::vector<TensorEntry> tensors_;
-  std::vector<FreshEntry> fresh_;
+  c10::SmallVector<StorageEntry, 4> storages_;
+  c10::SmallVector<TensorEntry, 4> tensors_;
+  c10::SmallVector<FreshEntry, 2> fresh_;
 };
 
 bool is_optional_generator(const c10::Argument& arg) {

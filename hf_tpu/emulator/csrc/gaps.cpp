@@ -145,13 +145,36 @@ void gap_abort(Gap gap, const std::string& what) {
               ". The emulator raises instead; HF_TPU_EMULATOR_GAPS=abort makes it abort like the chip.");
 }
 
-void check_gaps_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) {
-  const std::string& name = base_name(op);
+namespace {
+
+bool is_gap_op(const std::string& name) {
   static const std::unordered_set<std::string> kGapOps = {
       "aten::linalg_cholesky_ex", "aten::cholesky", "aten::cholesky_inverse", "aten::_ctc_loss",
       "aten::_ctc_loss_backward", "aten::upsample_linear1d", "aten::index", "aten::record_stream",
       "aten::multinomial"};
-  if (kGapOps.count(name) == 0) {
+  return kGapOps.count(name) != 0;
+}
+
+// Called for every op the fallback runs: remember the answer per operator (its name string lives as long
+// as the operator) in a small per-thread table instead of hashing the name on every call.
+bool is_gap_op_cached(const std::string& name) {
+  struct Slot {
+    const std::string* key = nullptr;
+    bool gap = false;
+  };
+  thread_local Slot slots[256];
+  Slot& slot = slots[(reinterpret_cast<uintptr_t>(&name) >> 4) & 255];
+  if (slot.key != &name) {
+    slot = {&name, is_gap_op(name)};
+  }
+  return slot.gap;
+}
+
+}  // namespace
+
+void check_gaps_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) {
+  const std::string& name = base_name(op);
+  if (!is_gap_op_cached(name)) {
     return;
   }
   const size_t num_args = op.schema().arguments().size();
