@@ -101,6 +101,7 @@ def test_a_32b_model_from_its_config_needs_four_v6e_chips(tmp_path):
     assert "smallest slice that serves it: v6e-4" in check.format_text(report)
 
 
+@pytest.mark.long
 def test_cli_json_and_bad_input(tmp_path):
     path = tmp_path / "moe"
     transformers.AutoModelForCausalLM.from_config(CONFIGS["moe"]()).to(torch.bfloat16).save_pretrained(path)

@@ -196,8 +196,10 @@ GAPS: tuple[Gap, ...] = (
         "a process that ran a backward on the device aborts as it exits (std::terminate, exit status 134) in about "
         "half the runs: every training script's exit status is a coin toss",
         "torch 2.13 [reading: torch/autograd/graph.py stashes a contextvars.Context in autograd's thread-local "
-        "state; a device worker thread that drops the last GraphTask during finalization takes the GIL and is "
-        "ended by pthread_exit inside a noexcept destructor; seen on the emulated TPU in 10 of 20 runs]",
+        "state; a device worker thread that drops the last GraphTask and is still waiting for the GIL when "
+        "finalization starts is ended by pthread_exit inside a noexcept destructor (a core dump shows it); left "
+        "alone, seen in 10 of 20 runs on one machine and 0 of 40 on another; the probe forces the interleaving "
+        "and sees it every run]",
         "nothing to emulate: it is torch's own engine, on every profile",
         "autograd_drained_at_exit",
         component="torch",

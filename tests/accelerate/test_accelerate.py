@@ -54,6 +54,7 @@ def _train(tmp_path, **args) -> tuple[list[float], object, transformers.Training
     return [h["loss"] for h in trainer.state.log_history if "loss" in h], report, training_args
 
 
+@pytest.mark.long
 @pytest.mark.usefixtures("float32_matmuls")
 def test_trainer_torch_compile_uses_the_tpu_backend_with_no_recompiles(tmp_path):
     eager, _, _ = _train(tmp_path / "eager")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).parents[2]
 
 
@@ -22,6 +24,7 @@ def test_moe_example_runs_on_the_emulator_offline():
     assert "using hf-tpu's shipped ragged-dot-tpu build" in proc.stderr
 
 
+@pytest.mark.long
 def test_moe_decode_bench_runs():
     proc = run([str(REPO / "bench" / "moe_decode.py"), "--repeats", "1", "--layers", "1", "--batches", "8"])
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import kernels.backends
+import pytest
 
 import hf_tpu.kernels
 from tests.conftest import run_python
@@ -99,6 +100,7 @@ def test_ragged_dot_op_matches_per_group_matmuls():
     assert (out[start:] == 0).all()  # rows past sum(group_sizes)
 
 
+@pytest.mark.long
 def test_blog_snippet_offline_registers_again(qwen3_moe_dir):
     # The blog: get_kernel(repo, version=1, trust_remote_code=...) then ALL_EXPERTS_FUNCTIONS.register(...).
     # Offline with no Hub cache, hf-tpu serves the shipped copy (G16); re-registering the name is harmless.
