@@ -31,5 +31,5 @@ harness:
 
 # Every benchmark, one run each, printing ratios (several minutes on 2 cores).
 bench: setup
-	set -e; for script in emulator_overhead tiny_ops compile generate load diffusion moe_decode tp_load multihost; do \
+	set -e; for script in emulator_overhead compile generate load diffusion moe_decode tp_load multihost; do \
 		echo "== bench/$$script.py"; python bench/$$script.py; done
