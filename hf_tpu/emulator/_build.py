@@ -33,6 +33,7 @@ _SOURCES = (
     "gaps.cpp",
     "native_ops.cpp",
     "fallback.cpp",
+    "unboxed_ops.cpp",
     "numerics.cpp",
     "bindings.cpp",
 )
@@ -80,7 +81,7 @@ def _sources_digest() -> str:
     import torch
 
     h = hashlib.sha256(f"{torch.__version__}\n{' '.join(_CFLAGS)}\n".encode())
-    for name in (*_SOURCES, "tpu_core.h"):
+    for name in (*_SOURCES, "tpu_core.h", "aliases.h"):
         h.update(name.encode())
         h.update((_CSRC / name).read_bytes())
     return h.hexdigest()

@@ -90,3 +90,23 @@ def test_bad_capacity_setting_is_explained():
     proc = run_python("import hf_tpu.emulator as e; e.enable(hbm='lots')", env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert proc.returncode != 0
     assert "HF_TPU_EMULATOR_HBM='lots' is not a size" in proc.stderr
+
+
+def test_op_outputs_are_device_memory(memory_baseline):
+    """An op's fresh output (its CPU kernel's buffer, taken over as device memory) is counted while it lives,
+    can be resized and written like any device tensor, and is returned when it dies."""
+    a = torch.ones(MiB // 4, device="tpu")
+    b = a + a
+    assert torch.accelerator.memory_allocated() == memory_baseline + 2 * MiB
+    assert b.untyped_storage().device == torch.device("tpu:0") and b.data_ptr() != a.data_ptr()
+    b.resize_(MiB // 2)  # grows through the device allocator
+    assert torch.accelerator.memory_allocated() == memory_baseline + 3 * MiB
+    b[MiB // 4 :] = 3.0
+    assert b[: MiB // 4].cpu().eq(2.0).all() and b[MiB // 4 :].cpu().eq(3.0).all()
+    c = torch.cat([a, a]).sum()  # a temporary and a reduction: only the 0-dim result stays
+    assert c.item() == MiB // 2
+    del a, b
+    gc.collect()
+    assert torch.accelerator.memory_allocated() == memory_baseline + 4
+    del c
+    assert torch.accelerator.memory_allocated() == memory_baseline

@@ -222,3 +222,87 @@ def test_structured_ops_dispatch_like_cpu():
     TensorIterators per op, the emulator's largest per-op cost in eager decoding before it was routed.
     """
     assert _dispatched_ops("tpu") == _dispatched_ops("cpu")
+
+
+def _unboxed_cases() -> dict[str, object]:
+    """One call per op with an unboxed kernel, on inputs that exercise the fallback's rules: views with odd
+    strides, broadcasting, 0-dim CPU scalars, type promotion, in place."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, generator=g)
+    y = torch.randn(6, 4, generator=g).t()  # non-contiguous
+    row = torch.randn(6, generator=g)  # broadcast
+    scalar = torch.tensor(1.5)  # 0-dim, stays on the CPU
+    ints = torch.arange(24).reshape(4, 6)
+    mask = x > 0
+    idx = torch.tensor([3, 0, 3])
+
+    def inplace(op):
+        def run(d):
+            target = d(x).clone()
+            result = op(target, d)
+            assert result is target  # in place: the caller's own tensor comes back
+            return target
+
+        return run
+
+    return {
+        "add.Tensor": lambda d: torch.add(d(x), d(y), alpha=2),
+        "add_.Tensor": inplace(lambda t, d: t.add_(d(row))),
+        "add.Scalar": lambda d: torch.ops.aten.add.Scalar(d(x), 3.0, 2),
+        "sub.Tensor": lambda d: d(x) - scalar,
+        "sub_.Tensor": inplace(lambda t, d: t.sub_(d(y))),
+        "mul.Tensor": lambda d: d(ints) * d(x),  # int * float: promotion
+        "mul_.Tensor": inplace(lambda t, d: t.mul_(scalar)),
+        "mul.Scalar": lambda d: torch.ops.aten.mul.Scalar(d(x), 0.5),
+        "mul_.Scalar": inplace(lambda t, d: torch.ops.aten.mul_.Scalar(t, 3)),
+        "div.Tensor": lambda d: d(x) / d(row),
+        "div_.Tensor": inplace(lambda t, d: t.div_(d(y))),
+        "div.Scalar": lambda d: torch.ops.aten.div.Scalar(d(ints), 4),
+        "div_.Scalar": inplace(lambda t, d: torch.ops.aten.div_.Scalar(t, 4)),
+        "pow.Tensor_Scalar": lambda d: d(y).pow(2),
+        "neg": lambda d: -d(y),
+        "rsqrt": lambda d: torch.rsqrt(d(x).abs()),
+        "exp": lambda d: d(y).exp(),
+        "cos": lambda d: d(x).cos(),
+        "sin": lambda d: d(y).sin(),
+        "tanh": lambda d: d(x).tanh(),
+        "sigmoid": lambda d: d(y).sigmoid(),
+        "silu": lambda d: torch.nn.functional.silu(d(x)),
+        "eq.Scalar": lambda d: d(ints) == 5,
+        "eq.Tensor": lambda d: d(ints) == d(ints).flip(0),
+        "where.self": lambda d: torch.where(d(mask), d(x), scalar),
+        "masked_fill.Scalar": lambda d: d(x).masked_fill(d(mask), -1.0),
+        "masked_fill_.Scalar": inplace(lambda t, d: (t[1:3].masked_fill_(d(mask)[1:3], 2.0), t)[1]),  # a view
+        "fill_.Scalar": inplace(lambda t, d: t.fill_(7.0)),
+        "mean.dim": lambda d: d(y).pow(2).mean(-1, keepdim=True),
+        "sum.dim_IntList": lambda d: d(ints).sum(0),  # int64 accumulation
+        "_softmax": lambda d: torch.softmax(d(y), -1),
+        "cat": lambda d: torch.cat([d(x), d(y), d(x)[:1]], 0),
+        "index_select": lambda d: d(x).index_select(0, d(idx)),
+    }
+
+
+def test_unboxed_ops_match_cpu():
+    """The ops a decode step runs most have unboxed kernels (hf_tpu/emulator/csrc/unboxed_ops.cpp): each
+    gives the CPU's result on the device, for views, broadcasting, CPU scalars, promotion and in place."""
+    from hf_tpu.emulator import _build
+
+    cases = _unboxed_cases()
+    assert sorted(_build.load().unboxed_ops()) == sorted(cases)  # a new unboxed op needs a case here
+    for name, case in cases.items():
+        want = case(lambda t: t)
+        got = case(tpu)
+        assert got.device.type == "tpu", name
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        torch.testing.assert_close(got.cpu(), want, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_unboxed_ops_check_devices_like_the_fallback():
+    x = tpu(torch.ones(2, 3))
+    with pytest.raises(RuntimeError, match=r"tpu:0 and cpu! \(when checking argument for argument other in method aten::mul\)"):
+        x * torch.ones(2, 3)
+    with pytest.raises(RuntimeError, match=r"argument for argument tensors in method aten::cat\)"):
+        torch.cat([x, torch.ones(2, 3)])
+    with pytest.raises(RuntimeError, match=r"argument for argument mask in method aten::masked_fill_"):
+        x.masked_fill_(torch.ones(2, 3, dtype=torch.bool), 0.0)
+    assert torch.equal(x.cpu(), torch.ones(2, 3))  # nothing was written

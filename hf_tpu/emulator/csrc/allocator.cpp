@@ -21,6 +21,8 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <thread>
+#include <typeinfo>
 #include <sstream>
 #include <utility>
 
@@ -44,6 +46,23 @@ std::string format_bytes(int64_t n) {
   return os.str();
 }
 
+// The stats lock: held for a few counter updates per allocation, so a spin (yielding if it ever waits)
+// costs less than a mutex on the path every op's output takes.
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.test_and_set(std::memory_order_acquire)) {
+      std::this_thread::yield();
+    }
+  }
+  void unlock() {
+    flag_.clear(std::memory_order_release);
+  }
+
+ private:
+  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
+};
+
 class TpuAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
@@ -65,8 +84,8 @@ class TpuAllocator final : public c10::DeviceAllocator {
                        " bytes of RAM for it (the emulated HBM is host memory). Lower HF_TPU_EMULATOR_HBM to what "
                        "this machine's RAM can hold, or use smaller batches. (", err.what_without_backtrace(), ")");
     }
-    auto* ctx = new OwnedBlock{ptr, nbytes, index};
-    return {ptr, ctx, &delete_owned, device};
+    auto* ctx = new OwnedBlock(nbytes, index, ptr);
+    return {ptr, static_cast<Block*>(ctx), &delete_owned, device};
   }
 
   c10::DataPtr adopt(const c10::Storage& cpu_storage, c10::DeviceIndex index) {
@@ -75,16 +94,68 @@ class TpuAllocator final : public c10::DeviceAllocator {
     const size_t nbytes = cpu_storage.nbytes();
     if (ptr == nullptr || nbytes == 0) {
       // Keep the (empty) CPU storage alive anyway: its DataPtr may carry a context.
-      auto* ctx = new AdoptedBlock{cpu_storage, 0, index};
-      return {ptr, ctx, &delete_adopted, device};
+      auto* ctx = new AdoptedBlock(0, index, cpu_storage);
+      return {ptr, static_cast<Block*>(ctx), &delete_adopted, device};
     }
     reserve(index, nbytes);
-    auto* ctx = new AdoptedBlock{cpu_storage, nbytes, index};
-    return {ptr, ctx, &delete_adopted, device};
+    auto* ctx = new AdoptedBlock(nbytes, index, cpu_storage);
+    return {ptr, static_cast<Block*>(ctx), &delete_adopted, device};
+  }
+
+  // Turn a fresh CPU kernel output into device memory in place: its storage takes the memory
+  // (counted on `index`) and the device allocator; no new storage, tensor or copy.
+  bool take(const at::Tensor& cpu_out, c10::DeviceIndex index) {
+    c10::TensorImpl* impl = cpu_out.unsafeGetTensorImpl();
+    // A plain dense tensor (not quantized, nested, a subclass...), held by the caller alone.
+    if (typeid(*impl) != typeid(c10::TensorImpl) || !cpu_out.has_storage() || cpu_out.use_count() != 1 ||
+        impl->key_set().has(c10::DispatchKey::Python)) {
+      return false;
+    }
+    c10::StorageImpl* storage = cpu_out.storage().unsafeGetStorageImpl();
+    const c10::DataPtr& memory = storage->data_ptr();
+    const size_t nbytes = storage->nbytes();
+    // Only memory of torch's CPU allocators (freed without Python; not copy-on-write, not a DLPack
+    // capsule's), held by this one tensor.
+    if (cpu_out.storage().use_count() != 1 || memory.get() == nullptr || nbytes == 0 || memory.device().type() != c10::kCPU ||
+        (memory.get_deleter() != c10::GetDefaultCPUAllocator()->raw_deleter() &&
+         memory.get_deleter() != c10::GetCPUAllocator()->raw_deleter())) {
+      return false;
+    }
+    reserve(index, nbytes);
+    void* ptr = memory.get();
+    auto* ctx = new TakenBlock(nbytes, index, storage->set_data_ptr(c10::DataPtr()));
+    storage->set_data_ptr_noswap({ptr, static_cast<Block*>(ctx), &delete_taken, c10::Device(kTpu, index)});
+    storage->set_allocator(this);
+    impl->set_storage_keep_dtype(cpu_out.storage());  // the tensor's device follows its storage's
+    impl->_change_backend_component_keys(c10::Device(kTpu, index));
+    return true;
+  }
+
+  // A CPU storage over a device storage's memory, made once per allocation and kept with it.
+  // Not resizable: for arguments a kernel reads or writes in place, never for out= arguments.
+  static c10::Storage cpu_alias_storage(const c10::Storage& device_storage) {
+    const c10::DataPtr& memory = device_storage.data_ptr();
+    Block* block = block_of(memory);
+    if (block == nullptr || memory.get() == nullptr) {
+      return {};
+    }
+    c10::StorageImpl* alias = block->alias.load(std::memory_order_acquire);
+    if (alias == nullptr) {
+      auto made = c10::make_intrusive<c10::StorageImpl>(
+          c10::StorageImpl::use_byte_size_t(), device_storage.nbytes(),
+          c10::DataPtr(memory.get(), c10::Device(c10::DeviceType::CPU)), nullptr, /*resizable=*/false);
+      c10::StorageImpl* expected = nullptr;
+      if (block->alias.compare_exchange_strong(expected, made.get(), std::memory_order_acq_rel)) {
+        alias = made.release();
+      } else {
+        alias = expected;  // another thread made it first
+      }
+    }
+    return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(alias));
   }
 
   void set_locks(std::vector<std::string> paths, std::vector<std::string> labels) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     lock_paths_ = std::move(paths);
     lock_labels_ = std::move(labels);
   }
@@ -100,8 +171,26 @@ class TpuAllocator final : public c10::DeviceAllocator {
   void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_[stat_index(device)];
+    Usage usage;
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      usage = usage_[stat_index(device)];
+    }
+    // No caching: every byte allocated is reserved, active and requested, every allocation is a segment
+    // and active, all in the one ("large") pool.
+    DeviceStats stats;
+    for (size_t pool : {size_t{0}, static_cast<size_t>(StatType::LARGE_POOL)}) {
+      for (auto* arr : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+        (*arr)[pool] = usage.bytes;
+      }
+      for (auto* arr : {&stats.allocation, &stats.segment, &stats.active}) {
+        (*arr)[pool] = usage.blocks;
+      }
+    }
+    stats.num_ooms = usage.num_ooms;
+    stats.num_device_alloc = usage.blocks.allocated;
+    stats.num_device_free = usage.blocks.freed;
+    return stats;
   }
 
   void resetAccumulatedStats(c10::DeviceIndex /*device*/) override {
@@ -111,61 +200,86 @@ class TpuAllocator final : public c10::DeviceAllocator {
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    DeviceStats& stats = stats_[stat_index(device)];
-    for (auto* arr : {&stats.allocation, &stats.segment, &stats.active, &stats.allocated_bytes,
-                      &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
-      for (auto& s : *arr) {
-        s.reset_peak();
-      }
-    }
+    std::lock_guard<SpinLock> lock(mutex_);
+    Usage& usage = usage_[stat_index(device)];
+    usage.bytes.reset_peak();
+    usage.blocks.reset_peak();
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t used = stats_[stat_index(device)].reserved_bytes[0].current;
+    std::lock_guard<SpinLock> lock(mutex_);
+    const int64_t used = usage_[stat_index(device)].bytes.current;
     return {static_cast<size_t>(std::max<int64_t>(capacity_ - used, 0)), static_cast<size_t>(capacity_)};
   }
 
   void set_capacity(int64_t bytes) {
     TORCH_CHECK(bytes > 0, "HBM capacity must be positive, got ", bytes);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     capacity_ = bytes;
   }
   int64_t capacity() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     return capacity_;
   }
   bool any_opened() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     return std::any_of(opened_.begin(), opened_.end(), [](bool opened) { return opened; });
   }
   int64_t take_largest_allocation() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     return std::exchange(largest_, 0);
   }
 
  private:
-  struct OwnedBlock {
+  // What a device allocation's DataPtr context holds: its size and chip, and its CPU alias storage once made.
+  struct Block {
+    Block(size_t n, c10::DeviceIndex d) : nbytes(n), device(d) {}
+    Block(const Block&) = delete;
+    Block& operator=(const Block&) = delete;
+    virtual ~Block() {
+      if (c10::StorageImpl* a = alias.load(std::memory_order_acquire)) {
+        c10::raw::intrusive_ptr::decref(a);
+      }
+    }
+    size_t nbytes;
+    c10::DeviceIndex device;
+    std::atomic<c10::StorageImpl*> alias{nullptr};
+  };
+  struct OwnedBlock final : Block {  // allocated here
+    OwnedBlock(size_t n, c10::DeviceIndex d, void* p) : Block(n, d), ptr(p) {}
     void* ptr;
-    size_t nbytes;
-    c10::DeviceIndex device;
   };
-  struct AdoptedBlock {
+  struct AdoptedBlock final : Block {  // a CPU storage's memory, the storage kept alive
+    AdoptedBlock(size_t n, c10::DeviceIndex d, c10::Storage s) : Block(n, d), storage(std::move(s)) {}
     c10::Storage storage;
-    size_t nbytes;
-    c10::DeviceIndex device;
   };
+  struct TakenBlock final : Block {  // a CPU allocation taken over (see take)
+    TakenBlock(size_t n, c10::DeviceIndex d, c10::DataPtr m) : Block(n, d), memory(std::move(m)) {}
+    c10::DataPtr memory;
+  };
+
+  static Block* block_of(const c10::DataPtr& memory) {
+    const c10::DeleterFnPtr deleter = memory.get_deleter();
+    if (deleter == &delete_owned || deleter == &delete_adopted || deleter == &delete_taken) {
+      return static_cast<Block*>(memory.get_context());
+    }
+    return nullptr;
+  }
 
   static void noop_delete(void* /*ctx*/) {}
   static void delete_owned(void* ctx) {
-    auto* block = static_cast<OwnedBlock*>(ctx);
+    auto* block = static_cast<OwnedBlock*>(static_cast<Block*>(ctx));
     c10::free_cpu(block->ptr);
     instance().release(block->device, block->nbytes);
     delete block;
   }
+  static void delete_taken(void* ctx) {
+    auto* block = static_cast<TakenBlock*>(static_cast<Block*>(ctx));
+    instance().release(block->device, block->nbytes);
+    delete block;  // frees the memory (torch's CPU allocator: no Python involved)
+  }
   static void delete_adopted(void* ctx) {
-    auto* block = static_cast<AdoptedBlock*>(ctx);
+    auto* block = static_cast<AdoptedBlock*>(static_cast<Block*>(ctx));
     if (block->nbytes > 0) {
       instance().release(block->device, block->nbytes);
     }
@@ -246,13 +360,13 @@ class TpuAllocator final : public c10::DeviceAllocator {
 
   void reserve(c10::DeviceIndex device, size_t nbytes) {
     rebind_if_forked();  // before the lock: rebinding sets this allocator's chip locks
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     const size_t index = stat_index(device);
     open_device(static_cast<c10::DeviceIndex>(index));
-    DeviceStats& stats = stats_[index];
-    const int64_t in_use = stats.reserved_bytes[0].current;
+    Usage& usage = usage_[index];
+    const int64_t in_use = usage.bytes.current;
     if (in_use + static_cast<int64_t>(nbytes) > capacity_) {
-      stats.num_ooms += 1;
+      usage.num_ooms += 1;
       TORCH_CHECK_WITH(
           OutOfMemoryError, false, "TPU out of memory on tpu:", index, " (emulated): tried to allocate ",
           format_bytes(nbytes), "; ", format_bytes(in_use), " already in use of the chip's ",
@@ -260,36 +374,28 @@ class TpuAllocator final : public c10::DeviceAllocator {
           " free). Free tensors you no longer need, shard the model over more chips, or raise the "
           "emulated capacity with HF_TPU_EMULATOR_HBM (e.g. HF_TPU_EMULATOR_HBM=64GiB).");
     }
-    for (auto* arr : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
-                      &stats.requested_bytes}) {
-      (*arr)[0].increase(nbytes);
-      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].increase(nbytes);
-    }
-    for (auto* arr : {&stats.allocation, &stats.segment, &stats.active}) {
-      (*arr)[0].increase(1);
-      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].increase(1);
-    }
-    stats.num_device_alloc += 1;
+    usage.bytes.increase(nbytes);
+    usage.blocks.increase(1);
     largest_ = std::max<int64_t>(largest_, static_cast<int64_t>(nbytes));
   }
 
   void release(c10::DeviceIndex device, size_t nbytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    DeviceStats& stats = stats_[static_cast<size_t>(device)];
-    for (auto* arr : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
-                      &stats.requested_bytes}) {
-      (*arr)[0].decrease(nbytes);
-      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].decrease(nbytes);
-    }
-    for (auto* arr : {&stats.allocation, &stats.segment, &stats.active}) {
-      (*arr)[0].decrease(1);
-      (*arr)[static_cast<size_t>(StatType::LARGE_POOL)].decrease(1);
-    }
-    stats.num_device_free += 1;
+    std::lock_guard<SpinLock> lock(mutex_);
+    Usage& usage = usage_[static_cast<size_t>(device)];
+    usage.bytes.decrease(nbytes);
+    usage.blocks.decrease(1);
   }
 
-  std::mutex mutex_;
-  std::array<DeviceStats, kMaxDevices> stats_;
+  // A chip's usage; getDeviceStats expands it into torch's DeviceStats (whose 14 counters all follow
+  // these two here), so an allocation updates two counters, not fourteen.
+  struct Usage {
+    c10::CachingAllocator::Stat bytes;
+    c10::CachingAllocator::Stat blocks;
+    int64_t num_ooms = 0;
+  };
+
+  SpinLock mutex_;
+  std::array<Usage, kMaxDevices> usage_;
   std::array<bool, kMaxDevices> opened_{};
   std::vector<std::string> lock_paths_;
   std::vector<std::string> lock_labels_;
@@ -331,6 +437,12 @@ void release_deferred_storages() {
 
 c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage, c10::DeviceIndex device) {
   return TpuAllocator::instance().adopt(cpu_storage, device);
+}
+bool take_cpu_output(const at::Tensor& cpu_out, c10::DeviceIndex device) {
+  return TpuAllocator::instance().take(cpu_out, device);
+}
+c10::Storage cpu_alias_storage(const c10::Storage& device_storage) {
+  return TpuAllocator::cpu_alias_storage(device_storage);
 }
 bool any_device_opened() {
   return TpuAllocator::instance().any_opened();

@@ -81,10 +81,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace hf_tpu;
   m.doc() = "Core of the hf-tpu emulated TPU (CPU-backed PrivateUse1 device).";
   m.def("register_kernels", [] {
-    register_numerics_kernels();
+    register_numerics_kernels();  // registers the unboxed kernels first
     return route_composites_to_cpu();
-  }, "Register the numerics kernels, then the fallback for composite ops that must run their CPU kernel; "
-     "returns the names of the latter.");
+  }, "Register the numerics kernels, the unboxed kernels of the hottest ops, then the fallback for composite "
+     "ops that must run their CPU kernel; returns the names of the latter.");
+  m.def("unboxed_ops", &register_unboxed_kernels, "The ops with an unboxed kernel (registered by register_kernels).");
   m.def("default_generator", [](int64_t index) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));

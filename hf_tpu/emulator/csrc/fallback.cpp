@@ -1,11 +1,11 @@
 // The boxed fallback: every aten op without a native kernel runs its CPU kernel on
 // zero-copy CPU aliases of the device tensors. In-place and out= results land in
 // device memory; fresh outputs are adopted as device tensors without a copy.
+#include "aliases.h"
 #include "tpu_core.h"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -14,113 +14,12 @@
 namespace hf_tpu {
 namespace {
 
-// Per-call bookkeeping: which CPU alias stands for which device tensor/storage. Inline storage for
-// the usual handful of entries: no heap allocation for the bookkeeping of a typical op.
-class AliasMap {
- public:
-  explicit AliasMap(c10::DeviceIndex device) : device_(device) {}
-
-  at::Tensor to_cpu(const at::Tensor& t) {
-    c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
-    at::Tensor alias;
-    for (const auto& s : storages_) {
-      if (s.device == key) {
-        alias = tensor_over(s.cpu, t, c10::DispatchKeySet(c10::DispatchKey::CPU));
-        break;
-      }
-    }
-    if (!alias.defined()) {
-      alias = cpu_alias(t);
-      storages_.push_back({key, alias.storage(), t.storage(), t.key_set()});
-    }
-    tensors_.push_back({alias.unsafeGetTensorImpl(), t, alias});
-    return alias;
-  }
-
-  at::Tensor to_device(const at::Tensor& out) {
-    if (!out.defined() || out.device().type() == kTpu) {
-      return out;
-    }
-    for (const auto& t : tensors_) {
-      if (t.alias_impl == out.unsafeGetTensorImpl()) {
-        return t.device;  // in-place / out= result: the caller's own tensor
-      }
-    }
-    c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
-    for (const auto& s : storages_) {
-      if (s.cpu.unsafeGetStorageImpl() == storage) {
-        return device_view(s, out);  // a view of an input
-      }
-    }
-    for (const auto& f : fresh_) {
-      if (f.cpu == storage) {
-        return device_view(f.entry, out);  // several outputs over one new buffer
-      }
-    }
-    at::Tensor wrapped = wrap_cpu_tensor(out, device_);
-    fresh_.push_back({storage, {nullptr, out.storage(), wrapped.storage(), wrapped.key_set()}});
-    return wrapped;
-  }
-
-  // After the CPU kernel: an out= argument the kernel resized must take the new
-  // geometry (and memory, if it was reallocated) back into the device tensor.
-  void write_back_resized() {
-    for (const auto& t : tensors_) {
-      at::TensorImpl* dev = t.device.unsafeGetTensorImpl();
-      const at::Tensor& alias = t.alias;
-      if (alias.storage().data_ptr().get() != t.device.storage().data_ptr().get()) {
-        c10::StorageImpl* dst = t.device.storage().unsafeGetStorageImpl();
-        dst->set_data_ptr_noswap(adopt_cpu_storage(alias.storage(), t.device.device().index()));
-        dst->set_nbytes(alias.storage().nbytes());
-      }
-      if (alias.sizes() != t.device.sizes() || alias.strides() != t.device.strides() ||
-          alias.storage_offset() != t.device.storage_offset()) {
-        dev->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
-      }
-    }
-  }
-
- private:
-  struct StorageEntry {
-    c10::StorageImpl* device;  // null for fresh outputs
-    c10::Storage cpu;
-    c10::Storage device_storage;
-    c10::DispatchKeySet key_set;
-  };
-  struct TensorEntry {
-    at::TensorImpl* alias_impl;
-    at::Tensor device;
-    at::Tensor alias;
-  };
-  struct FreshEntry {
-    c10::StorageImpl* cpu;
-    StorageEntry entry;
-  };
-
-  static at::Tensor device_view(const StorageEntry& s, const at::Tensor& out) {
-    return tensor_over(s.device_storage, out, s.key_set, /*view=*/true);
-  }
-
-  c10::DeviceIndex device_;
-  c10::SmallVector<StorageEntry, 4> storages_;
-  c10::SmallVector<TensorEntry, 4> tensors_;
-  c10::SmallVector<FreshEntry, 2> fresh_;
-};
-
 bool is_optional_generator(const c10::Argument& arg) {
   const auto& type = arg.type();
   if (type->kind() != c10::TypeKind::OptionalType) {
     return false;
   }
   return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
-[[noreturn]] void mixed_device_error(const c10::OperatorHandle& op, const std::string& arg_name,
-                                     c10::DeviceIndex device, const std::string& other) {
-  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
-              static_cast<int>(device), " and ", other, "! (when checking argument for argument ", arg_name,
-              " in method ", op.schema().name(), "). Move the tensor with .to(\"tpu:", static_cast<int>(device),
-              "\") first.");
 }
 
 // The device an op runs on: that of its first tpu tensor (or tpu Device argument).
@@ -157,7 +56,8 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
   // copy_ is the one op that moves data between chips.
   const bool cross_device_ok = op.operator_name().name == "aten::copy_";
 
-  AliasMap aliases(device);
+  // Ops that write an argument (in place, out=) may resize it.
+  AliasMap aliases(device, /*resizable=*/schema.is_mutable());
   std::vector<c10::IValue> device_args;
   if (rule != nullptr && rule->before != nullptr) {
     device_args.assign(stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
@@ -168,16 +68,17 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
   bool saw_cpu_generator = false;
   const std::string* cpu_arg = nullptr;
 
-  auto convert = [&](const at::Tensor& t, const c10::Argument& arg, bool allow_cpu) -> at::Tensor {
+  // Takes the device tensor (the map keeps it alive while its alias is in use).
+  auto convert = [&](at::Tensor t, const c10::Argument& arg, bool allow_cpu) -> at::Tensor {
     if (!t.defined()) {
       return t;
     }
     if (t.device().type() == kTpu) {
       saw_tpu = true;
       if (t.device().index() != device && !cross_device_ok) {
-        mixed_device_error(op, arg.name(), device, t.device().str());
+        mixed_device_error(schema.name(), arg.name(), device, t.device().str());
       }
-      return aliases.to_cpu(t);
+      return aliases.to_cpu_owned(std::move(t));
     }
     if (!allow_cpu && t.is_cpu() && t.dim() > 0 && cpu_arg == nullptr) {
       cpu_arg = &arg.name();
@@ -189,7 +90,7 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
     c10::IValue& iv = (*stack)[begin + i];
     const auto& arg = arguments[i];
     if (iv.isTensor()) {
-      iv = convert(iv.toTensor(), arg, false);
+      iv = convert(std::move(iv).toTensor(), arg, false);
     } else if (iv.isTensorList()) {
       auto list = iv.toTensorList();
       c10::List<at::Tensor> converted;
@@ -235,7 +136,7 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
               "Expected a 'tpu' device type for generator but found 'cpu' (in ", schema.name(),
               "): create it with torch.Generator(device='tpu').");
   if (saw_tpu && cpu_arg != nullptr) {
-    mixed_device_error(op, *cpu_arg, device, "cpu");
+    mixed_device_error(schema.name(), *cpu_arg, device, "cpu");
   }
 
   check_gaps_before(op, stack, begin);

@@ -145,8 +145,6 @@ void gap_abort(Gap gap, const std::string& what) {
               ". The emulator raises instead; HF_TPU_EMULATOR_GAPS=abort makes it abort like the chip.");
 }
 
-namespace {
-
 bool is_gap_op(const std::string& name) {
   static const std::unordered_set<std::string> kGapOps = {
       "aten::linalg_cholesky_ex", "aten::cholesky", "aten::cholesky_inverse", "aten::_ctc_loss",
@@ -154,6 +152,8 @@ bool is_gap_op(const std::string& name) {
       "aten::multinomial"};
   return kGapOps.count(name) != 0;
 }
+
+namespace {
 
 // Called for every op the fallback runs: remember the answer per operator (its name string lives as long
 // as the operator) in a small per-thread table instead of hashing the name on every call.

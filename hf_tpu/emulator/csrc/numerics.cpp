@@ -14,8 +14,10 @@
 #include "tpu_core.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -77,7 +79,7 @@ constexpr size_t kCacheBudget = size_t{1} << 30;
 struct CacheKey {
   const c10::StorageImpl* storage;
   int64_t offset;
-  std::vector<int64_t> geometry;  // sizes, then strides
+  c10::SmallVector<int64_t, 8> geometry;  // sizes, then strides (no heap allocation up to 4-d)
   int kind;                       // which transform (see Transform)
   bool operator==(const CacheKey& o) const {
     return storage == o.storage && offset == o.offset && kind == o.kind && geometry == o.geometry;
@@ -142,11 +144,10 @@ bool is_weight(const at::Tensor& device_tensor) {
 
 // `make()` computed once per weight version (for `kind`), or every time for other operands.
 template <typename Make>
-at::Tensor transformed(const c10::IValue& device_arg, int kind, Make make) {
-  if (!device_arg.isTensor() || !is_weight(device_arg.toTensor())) {
+at::Tensor transformed(const at::Tensor& t, int kind, Make make) {
+  if (!is_weight(t)) {
     return make();
   }
-  const at::Tensor& t = device_arg.toTensor();
   CacheKey key{t.storage().unsafeGetStorageImpl(), t.storage_offset(), {}, kind};
   key.geometry.reserve(2 * static_cast<size_t>(t.dim()));
   key.geometry.insert(key.geometry.end(), t.sizes().begin(), t.sizes().end());
@@ -175,6 +176,14 @@ at::Tensor transformed(const c10::IValue& device_arg, int kind, Make make) {
     g_cache_bytes += nbytes;
   }
   return value;
+}
+
+template <typename Make>
+at::Tensor transformed(const c10::IValue& device_arg, int kind, Make make) {
+  if (!device_arg.isTensor()) {
+    return make();
+  }
+  return transformed(device_arg.toTensor(), kind, make);
 }
 
 // The transforms an operand may get (cache kinds).
@@ -207,33 +216,20 @@ const std::unordered_map<std::string, Operands>& matmul_ops() {
 
 void matmul_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
                    const std::vector<c10::IValue>& device_args) {
-  if (!g_numerics.load(std::memory_order_relaxed)) {
-    return;
-  }
-  const int precision = g_precision.load(std::memory_order_relaxed);
-  if (precision >= 2) {
-    return;
-  }
   const Operands ops = matmul_ops().at(op.operator_name().name);
   c10::IValue& ia = (*stack)[begin + ops.a];
   c10::IValue& ib = (*stack)[begin + ops.b];
   if (!is_f32(ia) || !is_f32(ib)) {
     return;
   }
-  const at::Tensor a = ia.toTensor();
-  const at::Tensor b = ib.toTensor();
-  const c10::IValue& da = device_args[ops.a];
-  const c10::IValue& db = device_args[ops.b];
-  if (precision == 0 || op.operator_name().name == "aten::_grouped_mm") {
-    // _grouped_mm at HIGH: its offsets may split the contracting dimension, so the one-matmul
-    // form does not apply; it runs as DEFAULT (documented in numerics.py).
-    ia = transformed(da, kRound, [&] { return round_to_bf16(a); });
-    ib = transformed(db, kRound, [&] { return round_to_bf16(b); });
-    return;
-  }
-  const bool vector = b.dim() == 1;
-  ia = transformed(da, kHighLeft, [&] { return high_left(a); });
-  ib = transformed(db, vector ? kHighRightVector : kHighRightMatrix, [&] { return high_right(b, vector ? -1 : -2); });
+  at::Tensor a = ia.toTensor();
+  at::Tensor b = ib.toTensor();
+  // _grouped_mm at HIGH: its offsets may split the contracting dimension, so the one-matmul
+  // form does not apply; it runs as DEFAULT (documented in numerics.py).
+  tpu_matmul_operands(device_args[ops.a].toTensor(), device_args[ops.b].toTensor(), a, b,
+                      /*split_contraction=*/op.operator_name().name != "aten::_grouped_mm");
+  ia = std::move(a);
+  ib = std::move(b);
 }
 
 // ---- convolutions --------------------------------------------------------
@@ -411,10 +407,38 @@ at::Tensor rounded_operand(const at::Tensor& t) {
   return transformed(c10::IValue(t), kRound, [&] { return round_to_bf16(cpu_alias(t)); });
 }
 
+void tpu_matmul_operands(const at::Tensor& device_a, const at::Tensor& device_b, at::Tensor& a, at::Tensor& b,
+                         bool split_contraction) {
+  if (!g_numerics.load(std::memory_order_relaxed) || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat) {
+    return;
+  }
+  const int precision = g_precision.load(std::memory_order_relaxed);
+  if (precision >= 2) {
+    return;
+  }
+  const at::Tensor a32 = a;
+  const at::Tensor b32 = b;
+  if (precision == 0 || !split_contraction) {
+    a = transformed(device_a, kRound, [&] { return round_to_bf16(a32); });
+    b = transformed(device_b, kRound, [&] { return round_to_bf16(b32); });
+    return;
+  }
+  const bool vector = b32.dim() == 1;
+  a = transformed(device_a, kHighLeft, [&] { return high_left(a32); });
+  b = transformed(device_b, vector ? kHighRightVector : kHighRightMatrix,
+                  [&] { return high_right(b32, vector ? -1 : -2); });
+}
+
+bool has_numerics_rule(const std::string& name) {
+  return matmul_ops().count(name) > 0 || name == "aten::convolution" || name == "aten::convolution_backward" ||
+         name.rfind("aten::_scaled_dot_product_flash_attention_for_cpu", 0) == 0;
+}
+
 // Every overload of each op gets its rule (functional, out=, in-place, dtype variants).
 void register_numerics_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
+    const std::vector<std::string> unboxed = register_unboxed_kernels();
     // Leaked on purpose: a Library destroyed at exit would deregister kernels torch may still call.
     auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     const std::unordered_map<std::string, torch::CppFunction (*)()> rules = {
@@ -437,6 +461,9 @@ void register_numerics_kernels() {
         continue;
       }
       const std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+      if (std::find(unboxed.begin(), unboxed.end(), qualified) != unboxed.end()) {
+        continue;  // the unboxed kernel applies the same rule
+      }
       lib->impl(qualified.c_str(), make());
     }
   });

@@ -2,7 +2,7 @@
 //
 // Layering: allocator.cpp (HBM accounting, chips held) <- runtime.cpp (host model, guard, hooks,
 //           generators) <- gaps.cpp (TorchTPU's known gaps, switchable) <- native_ops.cpp
-//           (factories, views, copies) <- fallback.cpp (every other op) <- numerics.cpp (TPU
+//           (factories, views, copies) <- fallback.cpp (every other op; unboxed_ops.cpp: the hottest ones, unboxed) <- numerics.cpp (TPU
 //           numerics of matmuls, convolutions and attention) <- bindings.cpp (`hf_tpu.emulator._C`).
 #pragma once
 
@@ -34,6 +34,12 @@ int64_t take_largest_allocation();
 // raises torch.OutOfMemoryError (freeing nothing of the caller's) if the
 // capacity would be exceeded.
 c10::DataPtr adopt_cpu_storage(const c10::Storage& cpu_storage, c10::DeviceIndex device);
+// Make a CPU kernel's fresh output (held only by the caller, memory from torch's CPU allocator) a tensor
+// of `device` in place: no new tensor, storage or copy. False (nothing changed) if it is not such an output.
+bool take_cpu_output(const at::Tensor& cpu_out, c10::DeviceIndex device);
+// A CPU storage over a device storage's memory, made once per allocation (not resizable); undefined
+// for memory this allocator does not track (e.g. empty or zero tensors).
+c10::Storage cpu_alias_storage(const c10::Storage& device_storage);
 // One lock file per local device: a chip is opened (locked) on its first allocation, as
 // TorchTPU's runtime opens the chips lazily. Empty paths: no locking.
 void set_device_locks(std::vector<std::string> paths, std::vector<std::string> labels);
@@ -97,6 +103,8 @@ void set_abort_on_gap(bool abort);
 // Checks run by the fallback before an op's CPU kernel (cholesky, ctc_loss, interpolate,
 // boolean-mask indexing, multinomial); may replace arguments on the stack.
 void check_gaps_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin);
+// Whether check_gaps_before has anything to check for the operator ("aten::index", ...).
+bool is_gap_op(const std::string& name);
 
 // ---- native_ops.cpp / fallback.cpp --------------------------------------
 // A tensor over `storage` with the sizes, strides, offset and conj/neg bits of `like`.
@@ -121,11 +129,20 @@ struct OpRule {
 };
 // Run `op` on CPU aliases of its device tensors (the boxed fallback), with an optional rule.
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const OpRule* rule);
+// unboxed_ops.cpp: register the unboxed kernels (once); their "op.overload" names.
+std::vector<std::string> register_unboxed_kernels();
 
 // ---- numerics.cpp --------------------------------------------------------
 // TorchTPU's float32 matmul precision: 0 DEFAULT (1 bf16 pass), 1 HIGH (3 passes), 2 HIGHEST.
 void set_matmul_precision(int precision);
 int matmul_precision();
+// A float32 matmul's CPU operands `a`, `b` as the MXU sees them at the current precision (rounded to
+// bfloat16, or split for HIGH's 3 passes when `split_contraction`); weights' transforms are kept. The device
+// tensors identify weights. No-op for other dtypes, precision HIGHEST, or with TPU numerics off.
+void tpu_matmul_operands(const at::Tensor& device_a, const at::Tensor& device_b, at::Tensor& a, at::Tensor& b,
+                         bool split_contraction = true);
+// Whether the operator ("aten::mm", ...) has a numerics kernel (a rule around its CPU kernel).
+bool has_numerics_rule(const std::string& name);
 // TPU numerics on/off (the "ideal" profile turns them off: CPU-exact results).
 void set_tpu_numerics(bool enabled);
 bool tpu_numerics();
