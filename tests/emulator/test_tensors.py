@@ -279,9 +279,14 @@ def _unboxed_cases() -> dict[str, object]:
         "_softmax": lambda d: torch.softmax(d(y), -1),
         "cat": lambda d: torch.cat([d(x), d(y), d(x)[:1]], 0),
         "index_select": lambda d: d(x).index_select(0, d(idx)),
+        "mm": lambda d: d(x) @ d(y).t(),
+        "bmm": lambda d: torch.bmm(d(x)[None], d(y).t()[None]),
+        "addmm": lambda d: torch.addmm(d(row[:4]), d(x), d(y).t(), beta=0.5),
+        "baddbmm": lambda d: torch.baddbmm(d(x @ y.t())[None], d(x)[None], d(y).t()[None], alpha=2),
     }
 
 
+@pytest.mark.usefixtures("float32_matmuls")  # the matmuls' default precision is test_numerics.py's
 def test_unboxed_ops_match_cpu():
     """The ops a decode step runs most have unboxed kernels (hf_tpu/emulator/csrc/unboxed_ops.cpp): each
     gives the CPU's result on the device, for views, broadcasting, CPU scalars, promotion and in place."""
@@ -299,7 +304,9 @@ def test_unboxed_ops_match_cpu():
 
 def test_unboxed_ops_check_devices_like_the_fallback():
     x = tpu(torch.ones(2, 3))
-    with pytest.raises(RuntimeError, match=r"tpu:0 and cpu! \(when checking argument for argument other in method aten::mul\)"):
+    with pytest.raises(
+        RuntimeError, match=r"tpu:0 and cpu! \(when checking argument for argument other in method aten::mul\)"
+    ):
         x * torch.ones(2, 3)
     with pytest.raises(RuntimeError, match=r"argument for argument tensors in method aten::cat\)"):
         torch.cat([x, torch.ones(2, 3)])
