@@ -107,6 +107,6 @@ def test_op_outputs_are_device_memory(memory_baseline):
     assert c.item() == MiB // 2
     del a, b
     gc.collect()
-    assert torch.accelerator.memory_allocated() == memory_baseline + 4
+    assert 0 < torch.accelerator.memory_allocated() - memory_baseline < MiB  # c's 0-dim result (a chip rounds it up)
     del c
     assert torch.accelerator.memory_allocated() == memory_baseline

@@ -429,9 +429,24 @@ void tpu_matmul_operands(const at::Tensor& device_a, const at::Tensor& device_b,
                   [&] { return high_right(b32, vector ? -1 : -2); });
 }
 
+namespace {
+// The ops with a rule of their own (the matmul family's is matmul_ops()), each with its kernel's maker.
+const std::unordered_map<std::string, torch::CppFunction (*)()>& rule_kernels() {
+  static const std::unordered_map<std::string, torch::CppFunction (*)()> rules = {
+      {"aten::convolution", [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kConvolutionRule>>(); }},
+      {"aten::convolution_backward",
+       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kConvolutionBackwardRule>>(); }},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu",
+       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashRule>>(); }},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashBackwardRule>>(); }},
+  };
+  return rules;
+}
+}  // namespace
+
 bool has_numerics_rule(const std::string& name) {
-  return matmul_ops().count(name) > 0 || name == "aten::convolution" || name == "aten::convolution_backward" ||
-         name.rfind("aten::_scaled_dot_product_flash_attention_for_cpu", 0) == 0;
+  return matmul_ops().count(name) > 0 || rule_kernels().count(name) > 0;
 }
 
 // Every overload of each op gets its rule (functional, out=, in-place, dtype variants).
@@ -441,15 +456,7 @@ void register_numerics_kernels() {
     const std::vector<std::string> unboxed = register_unboxed_kernels();
     // Leaked on purpose: a Library destroyed at exit would deregister kernels torch may still call.
     auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-    const std::unordered_map<std::string, torch::CppFunction (*)()> rules = {
-        {"aten::convolution", [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kConvolutionRule>>(); }},
-        {"aten::convolution_backward",
-         [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kConvolutionBackwardRule>>(); }},
-        {"aten::_scaled_dot_product_flash_attention_for_cpu",
-         [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashRule>>(); }},
-        {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-         [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashBackwardRule>>(); }},
-    };
+    const auto& rules = rule_kernels();
     for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
       torch::CppFunction (*make)() = nullptr;
       if (matmul_ops().count(name.name) > 0) {
