@@ -35,6 +35,7 @@ _SOURCES = (
     "fallback.cpp",
     "unboxed_ops.cpp",
     "numerics.cpp",
+    "attention.cpp",
     "bindings.cpp",
 )
 _CFLAGS = ("-O2", "-fvisibility=hidden")

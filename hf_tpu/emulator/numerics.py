@@ -29,8 +29,11 @@ precision semantics, [hf] Hugging Face's TPU CI, [reading] our best reading, unc
 4. Attention (``F.scaled_dot_product_attention``) computes in bfloat16 whatever the precision
    setting: q, k, v (and a float mask) in bfloat16, the output cast back [hf: gap
    ``attention_precision``, 108 of 115 precision failures in the TPU CI; the probe measures ~1e-3
-   relative error]. The emulator runs the CPU flash kernel on bfloat16 operands (it accumulates
-   softmax and products in float32) [reading: TorchTPU's kernel internals are not public].
+   relative error]. The emulator computes what a bfloat16 flash kernel does: scores, softmax max and
+   sum in float32, the probabilities rounded to bfloat16 before they multiply v, the output rounded
+   to bfloat16 [reading: TorchTPU's kernel internals are not public]. Decode-sized calls compute it
+   in the core (``csrc/attention.cpp``), others run the CPU's bfloat16 flash kernel; the two agree up
+   to float32 summation order.
 5. ``torch.tpu.precision(mode)`` overrides the global setting for ops run inside it [doc], and is a
    graph break under ``torch.compile`` [doc: source]. The emulator keeps one process-wide stack, so
    the autograd engine's worker thread sees the same precision as the caller [reading].

@@ -159,6 +159,50 @@ def test_attention_computes_in_bfloat16_whatever_the_precision():
         assert 3e-4 < _attention_error(F.scaled_dot_product_attention) < 1e-2
 
 
+def _attention_case(batch, heads, kv_heads, rows, keys, dim, *, mask=None, transposed_query=False, **kwargs):
+    g = torch.Generator().manual_seed(rows * 1000 + keys)
+    if transposed_query:  # as transformers passes it: (batch, rows, heads, dim) memory
+        q = torch.randn(batch, rows, heads, dim, generator=g).transpose(1, 2)
+    else:
+        q = torch.randn(batch, heads, rows, dim, generator=g)
+    k, v = (torch.randn(batch, kv_heads, keys, dim, generator=g) for _ in range(2))
+    return (q, k, v), dict(kwargs, attn_mask=mask, enable_gqa=heads != kv_heads)
+
+
+def _padding_mask(batch: int, keys: int) -> torch.Tensor:
+    mask = torch.zeros(batch, 1, 1, keys)
+    mask[0, ..., :10] = float("-inf")  # the first sequence is left-padded
+    return mask
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # decode: one query row per head, GQA, 700 keys (two of the bf16 kernel's 512-key blocks)
+        dict(batch=2, heads=8, kv_heads=2, rows=1, keys=700, dim=64),
+        dict(batch=2, heads=8, kv_heads=4, rows=1, keys=80, dim=32, mask=_padding_mask(2, 80), transposed_query=True),
+        dict(batch=1, heads=4, kv_heads=4, rows=8, keys=8, dim=32, is_causal=True),  # a short prompt
+        dict(batch=1, heads=2, kv_heads=2, rows=5, keys=30, dim=24, mask=torch.randn(5, 30), scale=0.3),
+        dict(batch=1, heads=2, kv_heads=1, rows=40, keys=40, dim=32, is_causal=True),  # a longer prompt
+    ],
+    ids=["decode-gqa-700-keys", "decode-padding-mask", "short-prompt-causal", "2d-mask-odd-dim", "longer-prompt"],
+)
+def test_float32_attention_is_a_bfloat16_kernel(case):
+    # The rule, at any matmul precision: q, k, v and the mask in bfloat16, scores and softmax sums in float32,
+    # probabilities in bfloat16 before they multiply v, the output rounded to bfloat16. A bfloat16 kernel
+    # (the CPU's flash kernel on bfloat16 inputs) computes the same up to float32 summation order: within one
+    # or two bfloat16 ulps of the output, on a chip too.
+    (q, k, v), kwargs = _attention_case(**case)
+    on_cpu = {k: x.bfloat16() if torch.is_tensor(x) else x for k, x in kwargs.items()}
+    reference = F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), **on_cpu).float()
+    on_tpu = {k: x.to("tpu") if torch.is_tensor(x) else x for k, x in kwargs.items()}
+    out = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), **on_tpu)
+    assert out.dtype == torch.float32
+    out = out.cpu()
+    assert torch.equal(out, out.bfloat16().float())  # bfloat16 values
+    torch.testing.assert_close(out, reference, rtol=2**-7, atol=1e-3)
+
+
 def test_float32_attention_at_highest_is_float32_with_the_workaround():
     mask = torch.rand(2, 1, 16, 16, generator=torch.Generator().manual_seed(1)) > 0.3
     mask[..., 0] = True

@@ -143,7 +143,9 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
   if (rule != nullptr && rule->before != nullptr) {
     rule->before(op, stack, begin, device_args);
   }
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  if (rule == nullptr || rule->instead == nullptr || !rule->instead(op, stack, begin)) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
 
   aliases.write_back_resized();
   const size_t num_returns = schema.returns().size();

@@ -1,5 +1,5 @@
 // TPU numerics for the ops that run on the MXU: float32 matmuls and convolutions follow
-// TorchTPU's matmul precision, and scaled-dot-product attention computes in bfloat16.
+// TorchTPU's matmul precision (scaled-dot-product attention, which computes in bfloat16: attention.cpp).
 //
 // The evidence and the exact rules are in hf_tpu/emulator/numerics.py (its docstring); the
 // compiled path applies the same rules to the graph there. In short:
@@ -9,7 +9,6 @@
 //     a_lo = bf16(a - a_hi); computed as one float32 matmul over operands concatenated along
 //     the contracting dimension ([a_hi, a_lo] . [b_hi + b_lo; b_hi]).
 //   HIGHEST ("highest"): float32 (the CPU kernel as is).
-//   Attention (gap attention_precision): q, k, v in bfloat16 whatever the precision.
 // bf16/fp16 operands are left to the CPU kernels, which accumulate in float32 as the MXU does.
 #include "tpu_core.h"
 
@@ -28,14 +27,13 @@ namespace {
 std::atomic<int> g_precision{0};
 std::atomic<bool> g_numerics{true};
 
-// c10::BFloat16's round-to-nearest-even, kept in float32 (so eager equals a compiled
-// float->bfloat16->float cast bit for bit).
-inline uint32_t round_bits(uint32_t bits) {
-  if ((bits & 0x7fffffffU) > 0x7f800000U) {
-    return 0x7fc00000U;  // NaN -> the canonical quiet NaN, as c10::BFloat16 does
+// The rounding loop, compiled once per instruction set and picked when the core loads: every float32 matmul
+// of decode rounds its activation.
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3"))) void round_span(const uint32_t* src,
+                                                                                             uint32_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = bf16_rounded_bits(src[i]);
   }
-  const uint32_t bias = ((bits >> 16) & 1U) + 0x7fffU;
-  return (bits + bias) & 0xffff0000U;
 }
 
 at::Tensor round_dense(const at::Tensor& x) {
@@ -53,11 +51,7 @@ at::Tensor round_dense(const at::Tensor& x) {
   }
   src += min_offset;
   dst += min_offset;
-  at::parallel_for(0, x.numel(), 16384, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      dst[i] = round_bits(src[i]);
-    }
-  });
+  at::parallel_for(0, x.numel(), 65536, [&](int64_t lo, int64_t hi) { round_span(src + lo, dst + lo, hi - lo); });
   return out;
 }
 
@@ -287,84 +281,9 @@ void convolution_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::
   }
 }
 
-// ---- attention -----------------------------------------------------------
-thread_local bool t_attention_in_bf16 = false;
-
-// An attention mask in the dtype the kernel computes in. Gap fully_masked_attention_row: a
-// boolean mask becomes an additive one with a large finite negative, so a row masked everywhere
-// softmaxes to a uniform mix of the values instead of zeros.
-c10::IValue attention_mask(const c10::IValue& mask, at::ScalarType dtype) {
-  if (!mask.isTensor() || !mask.toTensor().defined()) {
-    return mask;
-  }
-  const at::Tensor m = mask.toTensor();
-  const double lowest = dtype == at::kBFloat16 ? -3.3895313892515355e38
-                        : dtype == at::kHalf    ? -65504.0
-                                                : -3.4028234663852886e38;
-  if (m.scalar_type() == at::kBool) {
-    if (!gap_enabled(Gap::kFullyMaskedAttentionRow)) {
-      return mask;
-    }
-    return at::where(m, at::scalar_tensor(0.0, m.options().dtype(dtype)),
-                     at::scalar_tensor(lowest, m.options().dtype(dtype)));
-  }
-  if (m.scalar_type() == dtype) {
-    return mask;
-  }
-  return m.clamp(lowest, -lowest).to(dtype);
-}
-
-void to_bf16(c10::IValue& iv) {
-  iv = iv.toTensor().to(at::kBFloat16);
-}
-
-// _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *, attn_mask, scale)
-void flash_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin,
-                  const std::vector<c10::IValue>& device_args) {
-  t_attention_in_bf16 = gap_enabled(Gap::kAttentionPrecision) && is_f32((*stack)[begin]);
-  const at::ScalarType dtype = t_attention_in_bf16 ? at::kBFloat16 : (*stack)[begin].toTensor().scalar_type();
-  if (t_attention_in_bf16) {
-    for (int i = 0; i < 3; ++i) {
-      to_bf16((*stack)[begin + i]);
-    }
-  }
-  (*stack)[begin + 5] = attention_mask((*stack)[begin + 5], dtype);
-}
-
-// _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp,
-//     dropout_p, is_causal, *, attn_mask, scale)
-void flash_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t begin,
-                           const std::vector<c10::IValue>& device_args) {
-  t_attention_in_bf16 = gap_enabled(Gap::kAttentionPrecision) && is_f32((*stack)[begin + 1]);
-  const at::ScalarType dtype = t_attention_in_bf16 ? at::kBFloat16 : (*stack)[begin + 1].toTensor().scalar_type();
-  if (t_attention_in_bf16) {
-    for (int i = 0; i < 5; ++i) {
-      to_bf16((*stack)[begin + i]);
-    }
-  }
-  (*stack)[begin + 8] = attention_mask((*stack)[begin + 8], dtype);
-}
-
-// Outputs (the attention output, or the three gradients) back to float32.
-template <int N>
-void attention_after(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack, size_t rbegin) {
-  if (!t_attention_in_bf16) {
-    return;
-  }
-  t_attention_in_bf16 = false;
-  for (int i = 0; i < N; ++i) {
-    c10::IValue& iv = (*stack)[rbegin + i];
-    if (iv.isTensor() && iv.toTensor().defined()) {
-      iv = iv.toTensor().to(at::kFloat);
-    }
-  }
-}
-
 const OpRule kMatmulRule{&matmul_before, nullptr};
 const OpRule kConvolutionRule{&convolution_before, nullptr};
 const OpRule kConvolutionBackwardRule{&convolution_backward_before, nullptr};
-const OpRule kFlashRule{&flash_before, &attention_after<1>};
-const OpRule kFlashBackwardRule{&flash_backward_before, &attention_after<3>};
 
 template <const OpRule* Rule>
 void kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -437,9 +356,9 @@ const std::unordered_map<std::string, torch::CppFunction (*)()>& rule_kernels() 
       {"aten::convolution_backward",
        [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kConvolutionBackwardRule>>(); }},
       {"aten::_scaled_dot_product_flash_attention_for_cpu",
-       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashRule>>(); }},
+       [] { return torch::CppFunction::makeFromBoxedFunction<&attention_kernel>(); }},
       {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kFlashBackwardRule>>(); }},
+       [] { return torch::CppFunction::makeFromBoxedFunction<&attention_backward_kernel>(); }},
   };
   return rules;
 }

@@ -3,7 +3,7 @@
 // Layering: allocator.cpp (HBM accounting, chips held) <- runtime.cpp (host model, guard, hooks,
 //           generators) <- gaps.cpp (TorchTPU's known gaps, switchable) <- native_ops.cpp
 //           (factories, views, copies) <- fallback.cpp (every other op; unboxed_ops.cpp: the hottest ones, unboxed) <- numerics.cpp (TPU
-//           numerics of matmuls, convolutions and attention) <- bindings.cpp (`hf_tpu.emulator._C`).
+//           numerics of matmuls and convolutions; attention.cpp: of attention) <- bindings.cpp (`hf_tpu.emulator._C`).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -121,11 +122,13 @@ bool has_real_storage(const at::Tensor& t);
 
 // An op rule runs around the CPU kernel: `before` may rewrite the CPU arguments on the
 // stack (it also sees the caller's original arguments, device tensors included), `after` the
-// CPU results.
+// CPU results. `instead`, after `before`, may compute the op itself: it replaces the arguments on the
+// stack with the results and returns true; false lets the CPU kernel run.
 struct OpRule {
   void (*before)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
                  const std::vector<c10::IValue>& device_args) = nullptr;
   void (*after)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
+  bool (*instead)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
 };
 // Run `op` on CPU aliases of its device tensors (the boxed fallback), with an optional rule.
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const OpRule* rule);
@@ -148,6 +151,24 @@ void set_tpu_numerics(bool enabled);
 bool tpu_numerics();
 // float32 -> nearest bfloat16 (ties to even), kept in float32; NaN stays NaN. CPU tensors.
 at::Tensor round_to_bf16(const at::Tensor& x);
+// The same for one value's bits: c10::BFloat16's rounding (NaN -> the canonical quiet NaN), so eager equals a
+// compiled float->bfloat16->float cast bit for bit; branch-free, so that loops over it vectorise.
+inline uint32_t bf16_rounded_bits(uint32_t bits) {
+  const uint32_t rounded = (bits + ((bits >> 16) & 1U) + 0x7fffU) & 0xffff0000U;
+  return (bits & 0x7fffffffU) > 0x7f800000U ? 0x7fc00000U : rounded;
+}
+inline float bf16_rounded(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  bits = bf16_rounded_bits(bits);
+  std::memcpy(&x, &bits, sizeof(bits));
+  return x;
+}
+
+// ---- attention.cpp -------------------------------------------------------
+// The kernels of _scaled_dot_product_flash_attention_for_cpu and its backward: TPU attention numerics.
+void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // A matmul operand rounded to bfloat16 as a CPU tensor: a weight's (see is_weight in numerics.cpp)
 // computed once per version and kept, as in eager; any other tensor's computed now. For compiled graphs.
 at::Tensor rounded_operand(const at::Tensor& t);

@@ -166,7 +166,7 @@ struct Unboxed<Op, Ret(Args...)> {
   static Ret run(std::index_sequence<I...> /*indices*/, Args... args) {
     std::optional<c10::DeviceIndex> device;
     (Call<Op>::find_device(device, args), ...);
-    Call<Op> call(device.value_or(current_device()));
+    Call<Op> call(device.has_value() ? *device : current_device());  // the thread-local lookup only when needed
     auto device_args = std::forward_as_tuple(args...);
     // Braced initialisation: converted left to right.
     std::tuple<decltype(Pass<Args>::go(call, std::forward<Args>(args), I))...> cpu_args{
