@@ -14,9 +14,7 @@ import torch
 from ._tools import Patch
 
 
-def _convert(index: Any) -> Any:
-    if not isinstance(index, tuple):
-        return index
+def _convert(index: tuple) -> tuple:
     converted: list[Any] = []
     changed = False
     for i, item in enumerate(index):
@@ -36,8 +34,14 @@ def _convert(index: Any) -> Any:
 
 def _wrap(getitem: Any) -> Any:
     def __getitem__(self: torch.Tensor, index: Any) -> Any:  # noqa: N807
-        if type(index) is tuple and self.device.type == "tpu":
-            index = _convert(index)
+        # Every indexing in the process comes here (decode runs dozens per token): the common index, slices and
+        # integers, costs one loop over it; the device is read only when a tensor is in the index.
+        if type(index) is tuple:
+            for item in index:
+                if isinstance(item, torch.Tensor):
+                    if self.device.type == "tpu":
+                        index = _convert(index)
+                    break
         return getitem(self, index)
 
     return __getitem__
