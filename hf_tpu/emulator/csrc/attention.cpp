@@ -34,10 +34,6 @@ constexpr int64_t kMaxChunks = 16;   // head dims up to 256 (16 vectors of 16) r
 using Lanes = float __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
 
-bool is_f32(const c10::IValue& iv) {
-  return iv.isTensor() && iv.toTensor().defined() && iv.toTensor().scalar_type() == at::kFloat;
-}
-
 // An attention mask in the dtype the kernel computes in. Gap fully_masked_attention_row: a
 // boolean mask becomes an additive one with a large finite negative, so a row masked everywhere
 // softmaxes to a uniform mix of the values instead of zeros.

@@ -55,10 +55,6 @@ at::Tensor round_dense(const at::Tensor& x) {
   return out;
 }
 
-bool is_f32(const c10::IValue& iv) {
-  return iv.isTensor() && iv.toTensor().defined() && iv.toTensor().scalar_type() == at::kFloat;
-}
-
 at::Tensor high_pass(const at::Tensor& hi, const at::Tensor& x) {
   return round_to_bf16(x - hi);
 }

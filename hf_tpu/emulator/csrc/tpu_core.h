@@ -130,6 +130,10 @@ struct OpRule {
   void (*after)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
   bool (*instead)(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) = nullptr;
 };
+// Whether a stack argument is a defined float32 tensor (what the numerics rules apply to).
+inline bool is_f32(const c10::IValue& iv) {
+  return iv.isTensor() && iv.toTensor().defined() && iv.toTensor().scalar_type() == at::kFloat;
+}
 // Run `op` on CPU aliases of its device tensors (the boxed fallback), with an optional rule.
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const OpRule* rule);
 // unboxed_ops.cpp: register the unboxed kernels (once); their "op.overload" names.
