@@ -169,13 +169,14 @@ inline float bf16_rounded(float x) {
   return x;
 }
 
+// A matmul operand rounded to bfloat16 as a CPU tensor: a weight's (see is_weight in numerics.cpp)
+// computed once per version and kept, as in eager; any other tensor's computed now. For compiled graphs.
+at::Tensor rounded_operand(const at::Tensor& t);
+
 // ---- attention.cpp -------------------------------------------------------
 // The kernels of _scaled_dot_product_flash_attention_for_cpu and its backward: TPU attention numerics.
 void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-// A matmul operand rounded to bfloat16 as a CPU tensor: a weight's (see is_weight in numerics.cpp)
-// computed once per version and kept, as in eager; any other tensor's computed now. For compiled graphs.
-at::Tensor rounded_operand(const at::Tensor& t);
 
 // ---- transfer and sync counters (bindings.cpp) --------------------------
 enum class Event : int { kHostToDevice = 0, kDeviceToHost = 1, kSync = 2 };
