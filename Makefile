@@ -1,5 +1,5 @@
 SHELL := /bin/bash
-.PHONY: setup demo test long multihost contract harness bench
+.PHONY: setup demo test long multihost contract harness xla-cpu latest bench
 
 # Install everything (torch pinned first) and build the emulator core.
 setup:
@@ -15,11 +15,20 @@ test:
 
 # The tests marked long (over 30 s each: hf-tpu check --run, hf-tpu gaps over every probe; part of `make test`).
 long:
-	python -m pytest tests -q -p no:cacheprovider --ignore=tests/contract --ignore=tests/harness --ignore=tests/multihost -m long
+	python -m pytest tests -q -p no:cacheprovider --ignore=tests/contract --ignore=tests/harness --ignore=tests/multihost \
+		--ignore=tests/xla_cpu -m long
 
 # Two emulated hosts x two chips: hybrid TP + DP training, layout, generate, a killed host, restarts (part of `make test`).
 multihost:
 	python -m pytest tests/multihost -q -p no:cacheprovider
+
+# The suite on the real torch-tpu wheel running on XLA:CPU, in its own environment (built once; part of `make test`).
+xla-cpu:
+	bash scripts/xla_cpu.sh
+
+# The default suite on the newest releases of the dependencies (constraints-latest.txt), in its own environment.
+latest:
+	bash scripts/latest.sh
 
 # The emulator's torch.tpu against the real torch-tpu wheel (builds its environment once; part of `make test`).
 contract:

@@ -32,6 +32,7 @@ def _import_time(env_extra: dict[str, str], repeats: int = 7) -> float:
             capture_output=True,
             text=True,
             check=True,
+            timeout=600,
         )
         times.append(float(out.stdout.strip().splitlines()[-1]))
     return statistics.median(times)
@@ -93,7 +94,7 @@ def bench_profiles(repeats: int, rounds: int = 3) -> None:
             env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}
             env |= {"HF_TPU_EMULATE": "1", "HF_TPU_EMULATOR_PROFILE": profile}
             cmd = [sys.executable, __file__, "--profile-worker", "--repeats", str(max(1, repeats // 3))]
-            result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=1800)
             for label, seconds in json.loads(result.stdout.strip().splitlines()[-1]).items():
                 times[profile].setdefault(label, []).append(seconds)
     print("\nprofile torch_tpu (TPU numerics + gap workarounds) vs ideal (CPU-exact), emulated TPU:")
@@ -142,8 +143,12 @@ def bench_build() -> None:
     with tempfile.TemporaryDirectory() as cache:
         env = os.environ | {"HF_TPU_CACHE": cache, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
         code = "import time, hf_tpu.emulator as e; t=time.perf_counter(); e.build(); print(time.perf_counter()-t)"
-        cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        cold = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=1800
+        )
+        warm = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=600
+        )
     print(
         f"core build: cold {float(cold.stdout.split()[-1]):.1f} s, cached load {float(warm.stdout.split()[-1]) * 1e3:.0f} ms"
     )

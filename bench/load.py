@@ -50,7 +50,12 @@ def measure(mode: str, path: str, warm: str = "-") -> dict:
     env["HF_TPU_EMULATE"] = "1" if mode == "tpu" else "0"
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "2")
     out = subprocess.run(
-        [sys.executable, "-c", MEASURE, mode, path, warm], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", MEASURE, mode, path, warm],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -68,6 +68,7 @@ def run(n: int, path: str) -> list[dict]:
         env=env,
         capture_output=True,
         text=True,
+        timeout=1800,
     )
     rows = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("TPBENCH ")]
     if proc.returncode or len(rows) != n:

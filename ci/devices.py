@@ -9,7 +9,7 @@ import importlib.metadata
 import os
 from dataclasses import dataclass
 
-from hf_tpu._backend import real_tpu_present
+from hf_tpu._backend import needs_emulator
 
 DEVICES = ("tpu", "cpu")
 # variables a run sets; anything already set in the caller's environment is dropped for the child
@@ -63,8 +63,9 @@ class Side:
 
 
 def tpu_side(workarounds: bool = True) -> Side:
-    """The real TPU when there is one (it always wins), else the emulator's faithful profile."""
-    return Side("tpu", emulated=not real_tpu_present(), workarounds=workarounds)
+    """The real TPU when there is one (it always wins), the real wheel on XLA:CPU when asked, else the emulator's
+    faithful profile."""
+    return Side("tpu", emulated=needs_emulator(), workarounds=workarounds)
 
 
 def child_env(side: Side, run_slow: bool, extra: dict[str, str] | None = None) -> dict[str, str]:

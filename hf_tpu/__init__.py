@@ -53,7 +53,8 @@ def __getattr__(name: str) -> Any:
 
 
 def backend() -> str:
-    """Which TPU this process uses: ``"tpu"`` (TorchTPU), ``"emulated"`` or ``"none"``."""
+    """Which TPU this process uses: ``"tpu"`` (TorchTPU on a chip), ``"xla_cpu"`` (TorchTPU on XLA:CPU),
+    ``"emulated"`` or ``"none"``."""
     from ._backend import backend as _backend
 
     return _backend()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 
 
 def emulation_requested() -> bool:
@@ -18,11 +19,15 @@ def emulation_requested() -> bool:
 
 
 def install_integrations() -> None:
-    """Install the workarounds for the backend's gaps, and hook the Hugging Face integrations (they attach
-    when each library is imported)."""
-    from . import _device_hints, accelerate, diffusers, fixes, kernels, tp_plans, transformers, workarounds
+    """Install the workarounds for the backend's gaps (and, on XLA:CPU, for that plugin's limits), and hook the
+    Hugging Face integrations (they attach when each library is imported)."""
+    from . import _device_hints, accelerate, diffusers, fixes, kernels, tp_plans, transformers, workarounds, xla_cpu
 
     workarounds.install()
+    if xla_cpu.active():
+        from .workarounds import xla_cpu_limits
+
+        xla_cpu_limits.install()
     hint = fixes.Fix(
         "xla_device_names_tpu",
         "torch_xla habits",
@@ -33,38 +38,77 @@ def install_integrations() -> None:
     fixes.install_patches([hint])
     for integration in (transformers, diffusers, accelerate, kernels, tp_plans):
         integration.install()
+    from ._env import flag
+
+    if flag("HF_TPU_STRICT_RECOMPILE"):  # the recompile watcher raises from the first recompile, on every backend
+        from ._import_hooks import when_imported
+
+        when_imported("torch._dynamo", _watch_recompiles)
+
+
+def _watch_recompiles(_module: object) -> None:
+    from . import recompiles
+
+    recompiles.install()
 
 
 def autoload() -> None:
-    """Real TPU: leave the device alone, hook the integrations. ``HF_TPU_EMULATE=1``: set up the
-    emulated TPU (which hooks them too). Otherwise: nothing."""
+    """Real TPU: leave the device alone, hook the integrations. ``HF_TPU_XLA_CPU=1``: set TorchTPU's device up
+    on XLA:CPU, then hook them. ``HF_TPU_EMULATE=1``: set up the emulated TPU (which hooks them too). Otherwise:
+    nothing."""
     try:
+        from . import xla_cpu
         from ._backend import real_tpu_present
 
         if real_tpu_present():
-            if os.environ.get("HF_TPU_EMULATE", "").strip() not in ("", "0"):
-                warnings.warn(
-                    "hf-tpu: HF_TPU_EMULATE is set but a real TPU is present; using the real TPU.", stacklevel=2
-                )
+            for switch in ("HF_TPU_EMULATE", "HF_TPU_XLA_CPU"):
+                if os.environ.get(switch, "").strip() not in ("", "0"):
+                    warnings.warn(
+                        f"hf-tpu: {switch} is set but a real TPU is present; using the real TPU.", stacklevel=2
+                    )
             install_integrations()
+            return
+        if xla_cpu.requested():
+            _set_up(xla_cpu.load, "the real TorchTPU on XLA:CPU", "HF_TPU_XLA_CPU")
             return
     except Exception as err:  # never break `import torch`
         warnings.warn(f"hf-tpu: the TPU integrations were not installed: {err}", RuntimeWarning, stacklevel=2)
         return
+    if emulation_requested_safely():
+        from . import emulator
+
+        _set_up(emulator.enable, "the emulated TPU", "HF_TPU_EMULATE")
+
+
+def emulation_requested_safely() -> bool:
     try:
-        if emulation_requested():
-            from . import emulator
+        return emulation_requested()
+    except Exception as err:  # a bad value: the device repeats the reason
+        _report_failure(err, "the emulated TPU", "HF_TPU_EMULATE")
+        return False
 
-            emulator.enable()
+
+def _set_up(start: Callable[[], object], what: str, switch: str) -> None:
+    """Run ``start`` (which installs the integrations once the device is up); a failure becomes one warning, and
+    every later use of device ``"tpu"`` repeats it."""
+    try:
+        start()
     except Exception as err:  # never break `import torch`; the device itself will repeat the reason
-        try:
-            from ._device_hints import install_setup_failure
+        _report_failure(err, what, switch)
+        return
+    if switch == "HF_TPU_XLA_CPU":
+        install_integrations()
 
-            install_setup_failure(err)
-        except Exception:  # noqa: BLE001, S110  (the warning below still says what went wrong)
-            pass
-        warnings.warn(
-            f"hf-tpu: the emulated TPU was not set up: {err} (using device 'tpu' will repeat this message)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+
+def _report_failure(err: BaseException, what: str, switch: str) -> None:
+    try:
+        from ._device_hints import install_setup_failure
+
+        install_setup_failure(err, what, switch)
+    except Exception:  # noqa: BLE001, S110  (the warning below still says what went wrong)
+        pass
+    warnings.warn(
+        f"hf-tpu: {what} was not set up: {err} (using device 'tpu' will repeat this message)",
+        RuntimeWarning,
+        stacklevel=3,
+    )

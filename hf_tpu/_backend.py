@@ -47,27 +47,43 @@ def pci_tpu_count() -> int:
 
 
 def real_tpu_present() -> bool:
-    """True when TorchTPU is installed and a TPU chip is attached (or TorchTPU already claimed "tpu")."""
+    """True when TorchTPU is installed and a TPU chip is attached (or TorchTPU already claimed "tpu" for one).
+
+    TorchTPU on XLA:CPU (``HF_TPU_XLA_CPU=1``) claims "tpu" with no chip: that is not a real TPU.
+    """
     if importlib.util.find_spec("torch_tpu") is None:
         return False
+    if pci_tpu_count() > 0:
+        return True
     import sys
 
     torch = sys.modules.get("torch")
-    if torch is not None and "torch_tpu" in sys.modules:
-        try:
-            if torch._C._get_privateuse1_backend_name() == "tpu":
-                return True
-        except AttributeError:
-            pass
-    return pci_tpu_count() > 0
+    if torch is None or "torch_tpu" not in sys.modules:
+        return False
+    from . import xla_cpu
+
+    try:
+        return torch._C._get_privateuse1_backend_name() == "tpu" and not xla_cpu.prepared()
+    except AttributeError:
+        return False
+
+
+def needs_emulator() -> bool:
+    """No TPU of either real kind here (no chip, and not the real wheel on XLA:CPU): the processes hf-tpu starts
+    (``hf-tpu launch`` ranks, probes, ``check --run``) run on the emulated TPU."""
+    from . import xla_cpu
+
+    return not real_tpu_present() and not xla_cpu.requested()
 
 
 def backend() -> str:
-    """``"tpu"`` (real TorchTPU), ``"emulated"``, or ``"none"``."""
-    from . import emulator
+    """``"tpu"`` (TorchTPU on a chip), ``"xla_cpu"`` (TorchTPU on XLA:CPU), ``"emulated"``, or ``"none"``."""
+    from . import emulator, xla_cpu
 
     if emulator.is_enabled():
         return "emulated"
+    if xla_cpu.active():
+        return "xla_cpu"
     if real_tpu_present():
         return "tpu"
     return "none"

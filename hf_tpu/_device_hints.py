@@ -37,15 +37,15 @@ def install_xla_hint() -> None:
     )
 
 
-def install_setup_failure(err: BaseException) -> None:
-    """The emulator failed during ``import torch``: make ``"tpu"`` a device whose every op says why."""
+def install_setup_failure(err: BaseException, what: str = "the emulated TPU", switch: str = "HF_TPU_EMULATE") -> None:
+    """The device failed to set up during ``import torch``: make ``"tpu"`` a device whose every use says why."""
     import torch
 
     if torch._C._get_privateuse1_backend_name() != "privateuseone" or importlib.util.find_spec("torch_tpu"):
-        return  # the device is (or will be) another backend's: leave it alone
+        return  # the device is (or will be) torch-tpu's, whose kernels hold PrivateUse1: leave it alone
     message = (
-        f"hf-tpu: the emulated TPU could not be set up during `import torch`: {err} Fix that and start a new "
-        "process (or unset HF_TPU_EMULATE)"
+        f"hf-tpu: {what} could not be set up during `import torch`: {err} Fix that and start a new process (or "
+        f"unset {switch})"
     )
     torch.utils.rename_privateuse1_backend("tpu")
     torch._register_device_module("tpu", _Unavailable("torch.tpu", message))

@@ -17,10 +17,12 @@ class EnvError(ValueError):
     """An hf-tpu environment variable holds a value hf-tpu cannot use."""
 
 
-def flag(name: str) -> bool:
-    """A yes/no variable: 1/true/yes/on or 0/false/no/off (unset: no)."""
+def flag(name: str, default: bool = False) -> bool:
+    """A yes/no variable: 1/true/yes/on or 0/false/no/off (unset or empty: ``default``)."""
     raw = os.environ.get(name, "")
     value = raw.strip().lower()
+    if not value:
+        return default
     if value in _TRUE:
         return True
     if value in _FALSE:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 _hooks: dict[str, list[Callable[[ModuleType], None]]] = {}
-_lock = threading.RLock()
+_lock = threading.RLock()  # re-entrant: a hook may import a module that has hooks of its own
 # Modules that were mid-import when a hook was attached (e.g. `import accelerate` imports torch, whose autoload
 # installs hf-tpu, while accelerate.accelerator is still executing): their hooks run once they have finished.
 _pending: dict[str, ModuleType] = {}

@@ -168,12 +168,12 @@ def run_feature(path: str, feature: str) -> str:
 def run_all(path: str, *, with_tp: bool, timeout: float = 600) -> list[FeatureResult]:
     """Every feature of the copy in ``path`` (a transformers or diffusers model), each in its own process."""
     from . import check_run_diffusers
-    from ._backend import real_tpu_present
+    from ._backend import needs_emulator
 
     features = check_run_diffusers.FEATURES if check_run_diffusers.is_diffusers_model(path) else FEATURES
     results = []
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}
-    emulate = not real_tpu_present()
+    emulate = needs_emulator()
     if emulate:
         env["HF_TPU_EMULATE"] = "1"
     for feature in features:

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _active while counting starts/stops; nothing under it imports or calls out
 _active: list[CollectiveCounts] = []
 
 

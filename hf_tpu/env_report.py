@@ -68,6 +68,10 @@ def _backend() -> dict[str, Any]:
         info["device_count"] = torch.accelerator.device_count()
         free, total = torch.accelerator.get_memory_info()
         info["hbm_per_chip_bytes"] = total
+    from . import xla_cpu
+
+    if xla_cpu.active():
+        info["xla_cpu"] = xla_cpu.describe()
     if emulator.is_enabled():
         host = emulator.host()
         assert host is not None
@@ -110,11 +114,13 @@ def collect() -> dict[str, Any]:
     from . import fixes
 
     report["fixes"] = [{k: row[k] for k in ("name", "kind", "gap", "state")} for row in fixes.report()]
-    if _version("torch-tpu") != "not installed" and not report["chips_on_pci_bus"]:
+    backend = report["device"].get("backend")
+    if _version("torch-tpu") != "not installed" and not report["chips_on_pci_bus"] and backend != "xla_cpu":
         report["note"] = (
             "torch-tpu is installed but no TPU chip is attached: torch-tpu registers the 'tpu' device during "
             "`import torch` (without libtpu it ends the import with exit status 1), so the emulated TPU cannot run "
-            "in this environment; use one without torch-tpu for emulation."
+            "in this environment; use one without torch-tpu for emulation, or run the real wheel on XLA:CPU here "
+            "(HF_TPU_XLA_CPU=1, with `pip install 'hf-tpu[xla-cpu]'`)."
         )
     return report
 
@@ -127,6 +133,8 @@ def format_text(report: dict[str, Any]) -> str:
     lines += [f"  {c.get('vfio')}  {c.get('pci_id', '?')}  TPU {c.get('generation', '?')}" for c in chips]
     device = report["device"]
     lines += ["", "device:"] + [f"  {k}: {v}" for k, v in device.items() if k != "emulator"]
+    for key, value in device.get("xla_cpu", {}).items():
+        lines.append(f"  xla_cpu {key}: {value}")
     for key, value in device.get("emulator", {}).items():
         shown = ", ".join(value) if isinstance(value, list) else value
         lines.append(f"  emulator {key}: {shown}")
@@ -134,7 +142,7 @@ def format_text(report: dict[str, Any]) -> str:
     lines += ["", "emulator core cache:"] + [f"  {k}: {v}" for k, v in cache.items()]
     lines += ["", "settings:"] + ([f"  {k}={v}" for k, v in report["settings"].items()] or ["  (none set)"])
     lines += ["", "fixes (patches and workarounds):"]
-    lines += [f"  {f['name']:<42} {f['kind']:<10} {f['gap']:<28} {f['state']}" for f in report["fixes"]]
+    lines += [f"  {f['name']:<42} {f['kind']:<13} {f['gap']:<30} {f['state']}" for f in report["fixes"]]
     if "note" in report:
         lines += ["", f"note: {report['note']}"]
     return "\n".join(lines)

@@ -118,12 +118,26 @@ def torchrun_command(launch: Launch, env: dict[str, str]) -> list[str]:
 
 
 def host_env(launch: Launch, base: dict[str, str] | None = None) -> dict[str, str]:
-    """This host's environment for torchrun: emulation when no TPU is present, and the multi-host variables."""
-    from ._backend import real_tpu_present
+    """This host's environment for torchrun: emulation when no TPU (real, or the real wheel on XLA:CPU) is present,
+    and the multi-host variables."""
+    from ._backend import needs_emulator
 
     env = dict(os.environ if base is None else base)
-    if not real_tpu_present():
-        env.setdefault("HF_TPU_EMULATE", "1")
+    if needs_emulator():
+        from ._env import EnvError, flag
+
+        if env.get("HF_TPU_EMULATE", "").strip():
+            try:
+                emulate = flag("HF_TPU_EMULATE")
+            except EnvError as err:
+                raise ValueError(str(err)) from None
+            if not emulate:
+                raise ValueError(
+                    "this machine has no TPU (and HF_TPU_XLA_CPU is not set), and HF_TPU_EMULATE=0 turns the emulated "
+                    "TPU off, so the ranks would have no device: unset HF_TPU_EMULATE (the launch emulates the chips) "
+                    "or run on a TPU VM."
+                )
+        env["HF_TPU_EMULATE"] = "1"
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // launch.nproc)))
     if launch.max_restarts > 0:
         # torchrun's agent keeps one TCPStore for every attempt, so a restarted rank can read a dead rank's
@@ -145,6 +159,9 @@ def host_env(launch: Launch, base: dict[str, str] | None = None) -> dict[str, st
         if launch.nnodes and not hosts:
             # no VM list (a cluster of our own): the rendezvous decides who is who; TorchTPU wants some names
             env["TPU_WORKER_HOSTNAMES"] = ",".join([env.get("MASTER_ADDR", "localhost")] * launch.nnodes)
+    if multihost or not needs_emulator():
+        # TorchTPU's tpu_dist process group reads TORCH_TPU_TOPOLOGY and TORCH_TPU_SLICEBUILDER_ADDRESSES, which
+        # torchrun does not set: one host of real chips needs them too (the emulated one does not)
         env.update(tpu_launch_env(env))
     return env
 

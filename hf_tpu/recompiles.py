@@ -164,19 +164,22 @@ class _Recorder(logging.Handler):
 
 _recorder: _Recorder | None = None
 _process_report = CompileReport()
-_install_lock = threading.Lock()
+_install_lock = threading.Lock()  # held while installing; nothing under it imports or calls install() again
 
 
 def install() -> None:
     """Start recording (idempotent). Called by the emulator and on a real TPU; cheap to call again."""
     global _recorder
+    if _recorder is not None:
+        return
+    # Imported before the lock: importing Dynamo runs hf-tpu's import hooks, which may call install() again.
+    import torch._dynamo.guards as guards
+    from torch._dynamo.convert_frame import register_bytecode_hook
+    from torch._logging._internal import log_state
+
     with _install_lock:
         if _recorder is not None:
             return
-        import torch._dynamo.guards as guards
-        from torch._dynamo.convert_frame import register_bytecode_hook
-        from torch._logging._internal import log_state
-
         recorder = _Recorder()
         recorder.reports.append(_process_report)
         logger = logging.getLogger(guards.recompiles_log.name)

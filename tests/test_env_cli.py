@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import hf_tpu
@@ -19,6 +20,7 @@ def hf_tpu_cli(*args: str, emulate: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hf_tpu", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.emulator_only("hf-tpu env on the emulated TPU (tests/xla_cpu checks it on the real wheel)")
 def test_env_json_describes_the_emulated_device_versions_and_fixes():
     proc = hf_tpu_cli("env", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -33,6 +35,7 @@ def test_env_json_describes_the_emulated_device_versions_and_fixes():
     assert states["autograd_drained_at_exit"] == "applied" and states["cholesky_on_cpu"] == "applied"
 
 
+@pytest.mark.emulator_only("hf-tpu env and info on the emulated TPU (tests/xla_cpu checks them on the real wheel)")
 def test_env_text_and_info_and_version():
     text = hf_tpu_cli("env")
     assert text.returncode == 0 and "emulator profile: torch_tpu" in text.stdout and "fixes (patches" in text.stdout

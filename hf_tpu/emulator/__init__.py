@@ -34,6 +34,8 @@ __all__ = [
     "track",
 ]
 
+# Held while the device is set up (never while torch is imported: see enable()). Not re-entrant: nothing called
+# under it calls enable() again.
 _lock = threading.Lock()
 _enabled = False
 _host: Host | None = None
@@ -96,6 +98,10 @@ def enable(
             emulator is already set up with other settings.
     """
     global _enabled, _host, _capacity
+    # `import torch` runs the backend autoload, which calls enable() again when HF_TPU_EMULATE=1: torch is imported
+    # before the lock is taken, so that inner call sets the device up (or fails) and this one then finds it done.
+    import torch
+
     from . import host_model
 
     with _lock:
@@ -112,8 +118,14 @@ def enable(
             return False
         import importlib.util
 
-        import torch
+        from .. import xla_cpu
 
+        if xla_cpu.requested():
+            raise RuntimeError(
+                "hf-tpu: HF_TPU_XLA_CPU=1 and the emulated TPU ask for two different 'tpu' devices in one process "
+                "(the real torch-tpu wheel on XLA:CPU, and the emulator); they cannot share it. Unset "
+                "HF_TPU_XLA_CPU to emulate, or drop the emulator to run the real wheel."
+            )
         if importlib.util.find_spec("torch_tpu") is not None:
             raise RuntimeError(
                 "hf-tpu: cannot emulate a TPU here: torch-tpu is installed in this environment (with no TPU chip "

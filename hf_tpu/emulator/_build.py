@@ -14,7 +14,6 @@ A process waiting for another's build says so and gives up after ``HF_TPU_BUILD_
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -25,6 +24,8 @@ import sysconfig
 import time
 from pathlib import Path
 from types import ModuleType
+
+from .._cache import BuildLock, cache_root, ensure_writable, file_digest
 
 _CSRC = Path(__file__).with_name("csrc")
 _SOURCES = (
@@ -40,8 +41,7 @@ _SOURCES = (
 )
 _CFLAGS = ("-O2", "-fvisibility=hidden")
 _MANIFEST = "core.json"
-_LOCK = "build.lock"
-_DEFAULT_BUILD_TIMEOUT = 1800.0
+_WHAT = "the emulated TPU core"
 _module: ModuleType | None = None
 
 
@@ -49,12 +49,15 @@ class CoreBuildError(RuntimeError):
     """The emulator's core could not be built or loaded; the message says why and what to do."""
 
 
-def cache_root() -> Path:
-    """``$HF_TPU_CACHE``, else ``$XDG_CACHE_HOME/hf-tpu``, else ``~/.cache/hf-tpu``."""
-    root = os.environ.get("HF_TPU_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hf-tpu"
-    )
-    return Path(root)
+class _BuildLock(BuildLock):
+    """The build lock of this environment's core (``build.lock`` in its cache directory)."""
+
+    def __init__(self, build_dir: Path) -> None:
+        super().__init__(build_dir, _WHAT, CoreBuildError)
+
+
+def _prepare(build_dir: Path) -> None:
+    ensure_writable(build_dir, _WHAT, CoreBuildError)
 
 
 def environment_key() -> str:
@@ -88,10 +91,6 @@ def _sources_digest() -> str:
     return h.hexdigest()
 
 
-def _file_digest(path: Path) -> str:
-    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-
-
 def _library(build_dir: Path) -> Path:
     return build_dir / f"{_extension_name()}.so"
 
@@ -107,7 +106,7 @@ def _verified(build_dir: Path) -> tuple[bool, str]:
         return False, "no manifest"
     if recorded.get("sources") != _sources_digest():
         return False, "sources changed"
-    if library.stat().st_size != recorded.get("size") or _file_digest(library) != recorded.get("digest"):
+    if library.stat().st_size != recorded.get("size") or file_digest(library) != recorded.get("digest"):
         return False, f"{library} does not match its recorded size and hash (truncated or corrupt)"
     return True, ""
 
@@ -135,71 +134,6 @@ def _check_compiler() -> None:
             raise CoreBuildError("hf-tpu: building the emulated TPU core needs ninja: `pip install ninja`.") from err
 
 
-def _build_timeout() -> float:
-    from .._env import EnvError, seconds
-
-    try:
-        return seconds("HF_TPU_BUILD_TIMEOUT", _DEFAULT_BUILD_TIMEOUT)
-    except EnvError as err:
-        raise CoreBuildError(str(err)) from None
-
-
-class _BuildLock:
-    """An exclusive flock on ``build.lock`` (released by the kernel if its holder dies)."""
-
-    def __init__(self, build_dir: Path) -> None:
-        self.path = build_dir / _LOCK
-        self.fd = -1
-
-    def __enter__(self) -> _BuildLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline, announced = time.monotonic() + _build_timeout(), False
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    os.close(self.fd)
-                    raise CoreBuildError(
-                        f"hf-tpu: another process ({self._holder()}) has been building the emulated TPU core for "
-                        f"over {_build_timeout():.0f} s (lock {self.path}). Wait for it, stop it, or raise "
-                        "HF_TPU_BUILD_TIMEOUT."
-                    ) from None
-                if not announced:
-                    sys.stderr.write(
-                        f"hf-tpu: waiting for another process ({self._holder()}) to build the emulated TPU core "
-                        f"(lock {self.path}, timeout {_build_timeout():.0f} s)...\n"
-                    )
-                    announced = True
-                time.sleep(0.2)
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"pid {os.getpid()}\n".encode())
-        return self
-
-    def _holder(self) -> str:
-        try:
-            return self.path.read_text().strip() or "pid unknown"
-        except OSError:
-            return "pid unknown"
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # closing the descriptor releases the lock
-
-
-def _prepare(build_dir: Path) -> None:
-    try:
-        build_dir.mkdir(parents=True, exist_ok=True)
-        probe = build_dir / f".writable-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise CoreBuildError(
-            f"hf-tpu: cannot use {build_dir} for the emulated TPU core ({type(err).__name__}: {err}). Point "
-            "HF_TPU_CACHE at a writable directory."
-        ) from err
-
-
 def _build(build_dir: Path, verbose: bool) -> ModuleType:
     _check_compiler()
     from torch.utils import cpp_extension
@@ -223,7 +157,7 @@ def _build(build_dir: Path, verbose: bool) -> ModuleType:
             verbose=verbose,
         )
         library = _library(build_dir)
-        record = {"sources": _sources_digest(), "size": library.stat().st_size, "digest": _file_digest(library)}
+        record = {"sources": _sources_digest(), "size": library.stat().st_size, "digest": file_digest(library)}
         tmp = build_dir / f"{_MANIFEST}.{os.getpid()}"
         tmp.write_text(json.dumps(record))
         tmp.replace(build_dir / _MANIFEST)
@@ -236,6 +170,11 @@ def load(verbose: bool = False) -> ModuleType:
     global _module
     if _module is not None:
         return _module
+    if "torch_tpu" in sys.modules:  # its kernels hold PrivateUse1: a second backend there aborts the process
+        raise CoreBuildError(
+            "hf-tpu: the emulated TPU's core cannot load in this process: torch-tpu is imported here and holds the "
+            "'tpu' device (PrivateUse1). Use the emulator from a process (and an environment) without torch-tpu."
+        )
     build_dir = cache_dir()
     if _verified(build_dir)[0]:
         try:

@@ -29,7 +29,8 @@ def install(generation: Generation, capacity: int, host: Host) -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False
     )
-    torch.set_autocast_dtype("tpu", torch.bfloat16)  # TorchTPU's autocast default
+    # torch's autocast dtype for the device is left at its default (float16), as TorchTPU leaves it (gap
+    # autocast_default_float16); the ideal profile sets bfloat16 (emulator/gaps.py)
     numerics.install(enabled=host.profile == "torch_tpu")
     gaps.install(host)
     compile.install()

@@ -11,12 +11,13 @@ device (``aot_eager``), which is what TorchTPU's CPU default does too.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import copy
 import functools
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,18 +25,6 @@ import torch
 import torch.fx
 
 from . import _build, gaps, numerics
-
-ALLOWED_OPTIONS = frozenset(
-    {
-        "async_compile",
-        "num_dynamic_buckets",
-        "bucket_size",
-        "serializable",
-        "debug_callback",
-        "custom_module_name",
-        "name",
-    }
-)
 
 
 @dataclass
@@ -51,7 +40,7 @@ class PerfStats:
 
 _stats = PerfStats()
 _cache: dict[tuple, _CompiledGraph] = {}
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards the graph cache and its stats; nothing under it compiles, imports or calls out
 
 
 def cache_stats() -> PerfStats:
@@ -63,6 +52,27 @@ def clear_cache() -> None:
     with _lock:
         _cache.clear()
         _stats = PerfStats()
+
+
+@contextlib.contextmanager
+def _deterministic() -> Iterator[None]:
+    """Inductor's CPU code as a chip runs an XLA program: the same way every time. Without torch's deterministic
+    algorithms, Inductor lowers scatter-adds (an embedding's backward, index_put with accumulate) to atomic adds
+    from several threads, so equal indices sum in another order each run. The flag is torch's global: set while a
+    graph compiles (its code then takes the deterministic fallbacks) and runs (those fallbacks read it), restored
+    after; warn_only, and without NaN-filling new memory, so nothing else changes."""
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    if was:
+        yield
+        return
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 def _cxx_available() -> bool:
@@ -129,7 +139,7 @@ class _CompiledGraph:
         self.cpu_gm: torch.fx.GraphModule | None = None
         self.rounded_inputs: list[int] = []  # inputs the graph also takes rounded to bf16 (numerics.apply_to_graph)
         self.entry: dict[str, Any] = {"read_count": 0, "compilation_duration": 0.0, "last_read": None}
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # this graph's one-time preparation and compile (Inductor runs in its own thread)
 
     def _prepare(self) -> None:
         """The CPU graph, rewritten to compute what the chip computes (once, on the first call)."""
@@ -146,7 +156,7 @@ class _CompiledGraph:
         def build() -> Callable[..., Any]:
             # A fresh thread: none of the caller's AOTAutograd runtime state (TLS dispatch
             # keys and modes) leaks into Inductor's own tracing of the CPU graph.
-            with torch.no_grad():
+            with torch.no_grad(), _deterministic():
                 return torch._inductor.compile(cpu_gm, cpu_args)
 
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-tpu-compile") as pool:
@@ -156,6 +166,8 @@ class _CompiledGraph:
         return compiled
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        if "cpu_tensor_into_compiled_graph" in gaps.reproduced():
+            _refuse_cpu_inputs(args)
         if not self.use_inductor:  # aot_eager: run the graph op by op on the device
             inputs = list(args)
             args.clear()
@@ -184,7 +196,8 @@ class _CompiledGraph:
                     self.compiled = self._compile(cpu_args)
         self.entry["read_count"] += 1
         self.entry["last_read"] = time.time()
-        outs = self.compiled(*cpu_args)
+        with _deterministic():
+            outs = self.compiled(*cpu_args)
         fresh: dict[int, torch.Tensor] = {}
         result = []
         for out, on_device in zip(outs, self.on_device, strict=False):
@@ -194,6 +207,18 @@ class _CompiledGraph:
                 else out
             )
         return result
+
+
+def _refuse_cpu_inputs(args: list[Any]) -> None:
+    """Gap ``cpu_tensor_into_compiled_graph``: TorchTPU's compiled programs take device buffers only (and pinned
+    host memory for offloaded activations); eager ops accept a CPU 0-dim tensor, a compiled graph refuses it."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type == "cpu" and not a.is_pinned():
+            raise RuntimeError(
+                "execute(): failed to prepare compiled mode arguments: failed to get buffer from argument tensor: "
+                f"shape={list(a.shape)}, dtype={a.dtype}, device=cpu, expected tensor to be on tpu, got cpu (known gap "
+                "'cpu_tensor_into_compiled_graph': move the tensor to the chip before the compiled call)"
+            )
 
 
 def _to_device(
@@ -246,7 +271,7 @@ class TpuCompileDebug:
 
 def _parse_options(options: dict[str, Any]) -> tuple[bool, Callable[..., Any] | None]:
     """TorchTPU's option rules: bucket settings and the callback validated, anything else read as given and
-    unknown keys ignored (hf-tpu warns about those: a misspelt option would otherwise do nothing)."""
+    unknown keys ignored (gap ``compile_options_ignored``: hf-tpu's workaround warns about them)."""
     buckets = options.get("num_dynamic_buckets", 1)
     buckets = 1 if buckets is None else buckets
     if not isinstance(buckets, int) or not 1 <= buckets <= MAX_DYNAMIC_BUCKETS:
@@ -258,16 +283,6 @@ def _parse_options(options: dict[str, Any]) -> tuple[bool, Callable[..., Any] | 
     callback = options.get("debug_callback")
     if callback is not None and not callable(callback):
         raise TypeError("'debug_callback' must be callable")
-    unknown = sorted(set(options) - ALLOWED_OPTIONS)
-    if unknown:
-        import warnings
-
-        warnings.warn(
-            f"hf-tpu: the 'tpu' compile backend ignores the unknown option(s) {unknown}, as TorchTPU does; the "
-            f"options it reads are {sorted(ALLOWED_OPTIONS)}.",
-            UserWarning,
-            stacklevel=3,
-        )
     return bool(options.get("async_compile", False)), callback
 
 
@@ -297,9 +312,9 @@ class TpuBackend:
         options = kwargs.pop("options", None) or {}
         if kwargs:
             raise TypeError(
-                f"Unexpected keyword arguments {sorted(kwargs)} for the 'tpu' backend: it accepts only options= "
-                f"(e.g. torch.compile(m, backend='tpu', options={{'async_compile': False}})); mode= other than "
-                "'default' is not supported on TPU."
+                f"Unexpected keyword arguments: {kwargs} (the 'tpu' backend takes only options=, e.g. "
+                "torch.compile(m, backend='tpu', options={'async_compile': False}); a mode other than 'default' is "
+                "not supported on TPU)"
             )
         async_compile, callback = _parse_options(options)
         if not torch._dynamo.config.assume_static_by_default:

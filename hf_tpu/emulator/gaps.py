@@ -3,7 +3,7 @@
 Most reproductions live in the C++ core (``csrc/gaps.cpp``, ``numerics.cpp``, the allocator's chip
 locks, the SDPA backend choice); this module switches them on for the profile and adds the ones that
 are Python-level on TorchTPU too: ``avg_pool1d`` without a gradient, ``Tensor.to(<int>)`` landing on
-chip 0, and the inductor refusal (in ``compile``). ``visible_devices`` is the device count the core
+chip 0, and, in ``compile``, the inductor refusal and compiled graphs refusing CPU tensor inputs. ``visible_devices`` is the device count the core
 reports (``host``).
 """
 
@@ -20,11 +20,26 @@ from .host_model import Host
 
 # The C++ core's gaps are named by the core itself (``gap_names()``, gaps.cpp's table); these are the
 # Python-level ones (names as in hf_tpu.gaps).
-PYTHON_GAPS = ("avg_pool1d_gradient", "device_index", "visible_devices")
+PYTHON_GAPS = (
+    "avg_pool1d_gradient",
+    "device_index",
+    "visible_devices",
+    "cpu_tensor_into_compiled_graph",
+    "autocast_default_float16",
+    "adamw_bfloat16_moments",
+    "multinomial_unchecked",
+)
 # Present on every profile: Inductor cannot compile for the device (TorchTPU refuses it by design),
-# safetensors' own device parsing is not the backend's, torch's autograd engine is torch's, and the
-# autocast dtype list is the device module's answer (TorchTPU's).
-INHERENT_GAPS = ("compile_inductor", "safetensors_device", "autograd_exit_abort", "autocast_integer_dtype")
+# safetensors' own device parsing is not the backend's, torch's autograd engine is torch's, the
+# autocast dtype list is the device module's answer (TorchTPU's), and the compile backend's options are
+# read as TorchTPU reads them.
+INHERENT_GAPS = (
+    "compile_inductor",
+    "safetensors_device",
+    "autograd_exit_abort",
+    "autocast_integer_dtype",
+    "compile_options_ignored",
+)
 # Of those, the ones that are not TorchTPU's own (safetensors', torch's), left out of the announced count.
 NOT_TORCH_TPU = ("safetensors_device", "autograd_exit_abort")
 
@@ -35,6 +50,20 @@ _library: Any = None
 def reproduced() -> frozenset[str]:
     """The gaps this process's emulated TPU has (on the ideal profile only the inherent ones)."""
     return _reproduced
+
+
+# The TorchTPU release the torch_tpu profile behaves like: it reproduces the gaps this release has (the table's
+# fixed_in, from runs of the real wheel) and no longer the ones it fixed.
+RELEASE = "0.2.0"
+
+
+def fixed_in_release() -> frozenset[str]:
+    """Gaps of the table that TorchTPU had before, and fixed by :data:`RELEASE`."""
+    from packaging.version import Version
+
+    from ..gaps import GAPS
+
+    return frozenset(g.name for g in GAPS if g.fixed_in is not None and Version(g.fixed_in) <= Version(RELEASE))
 
 
 def abort_mode() -> bool:
@@ -53,12 +82,14 @@ def install(host: Host) -> None:
     core = _build.load()
     faithful = host.profile == "torch_tpu"
     core.set_abort_on_gap(abort_mode())
-    core_gaps = core.gap_names()
+    fixed = fixed_in_release()
+    core_gaps = [name for name in core.gap_names() if name not in fixed]
     core.set_gaps(core_gaps if faithful else [])
     names = set(INHERENT_GAPS)
     if faithful:
-        names |= set(core_gaps) | set(PYTHON_GAPS)
+        names |= set(core_gaps) | set(PYTHON_GAPS) - fixed
         _register_avg_pool1d_without_grad()
+        _multinomial_draws_from_any_weights()
         if host.usable > 1:
             _tensor_to_int_lands_on_chip_0()
         else:
@@ -67,6 +98,7 @@ def install(host: Host) -> None:
             names.discard("visible_devices")
     else:
         _register_record_stream_noop()
+        torch.set_autocast_dtype("tpu", torch.bfloat16)  # no TorchTPU gaps: the dtype its device module names
     _reproduced = frozenset(names)
 
 
@@ -81,6 +113,46 @@ def _register_avg_pool1d_without_grad() -> None:
             return torch.ops.aten.avg_pool1d.default.redispatch(below, *args)
 
     _library.impl("avg_pool1d", avg_pool1d, "AutogradPrivateUse1", with_keyset=True)
+
+
+def _multinomial_draws_from_any_weights() -> None:
+    """TorchTPU 0.2.0's multinomial checks the sample count (in its words) but not the weights: negative and nan
+    weights count as 0, an infinite weight is always drawn, an all-zero row draws index 0 (the real wheel's answers)."""
+    if getattr(torch.multinomial, "_hf_tpu_unchecked", False):
+        return
+    original_fn, original_method = torch.multinomial, torch.Tensor.multinomial
+
+    def prepared(weights: torch.Tensor, num_samples: int, replacement: bool) -> torch.Tensor | None:
+        size = weights.size(-1)
+        if not replacement and num_samples > size:
+            raise RuntimeError(
+                f"multinomial(): expected the number of samples to be <= {size} (population size) when replacement "
+                f"is disabled, got {num_samples}"
+            )
+        with torch.no_grad():
+            finite = torch.where(weights.isnan() | (weights < 0), 0.0, weights)
+            infinite = finite.isinf()
+            finite = torch.where(infinite.any(-1, keepdim=True), infinite.to(finite.dtype), finite)
+            empty = finite.sum(-1, keepdim=True) == 0
+            first = torch.zeros_like(finite)
+            first[..., 0] = 1.0
+            return torch.where(empty, first, finite)
+
+    @functools.wraps(original_fn)
+    def multinomial(input: torch.Tensor, num_samples: int, replacement: bool = False, **kwargs: Any) -> torch.Tensor:
+        if isinstance(input, torch.Tensor) and input.device.type == "tpu":
+            input = prepared(input, num_samples, replacement)
+        return original_fn(input, num_samples, replacement, **kwargs)
+
+    @functools.wraps(original_method)
+    def method(self: torch.Tensor, num_samples: int, replacement: bool = False, **kwargs: Any) -> torch.Tensor:
+        if self.device.type == "tpu":
+            self = prepared(self, num_samples, replacement)
+        return original_method(self, num_samples, replacement, **kwargs)
+
+    multinomial._hf_tpu_unchecked = True  # type: ignore[attr-defined]
+    torch.multinomial = multinomial
+    torch.Tensor.multinomial = method
 
 
 def _register_record_stream_noop() -> None:

@@ -57,7 +57,7 @@ import torch.fx
 from . import _build
 
 TORCH_NAMES = ("medium", "high", "highest")  # index = the core's precision code (DEFAULT, HIGH, HIGHEST)
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards the precision stack; nothing under it imports or calls out
 _global = 0
 _stack: list[int] = []
 _enabled = True

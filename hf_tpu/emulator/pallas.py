@@ -65,7 +65,11 @@ def _kind(annotation: Any, jax: Any) -> tuple[str, str]:
     if origin is typing.Literal:
         return "static", _STATIC_SCHEMA.get(type(args[0]), "str")
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return "enum", "SymInt"  # the member's position, as an int (TorchTPU passes Enums as SymInt too)
+        # an Enum travels as its members' value, typed as the values are (TorchTPU 0.2.0, run on the real wheel:
+        # integer values give SymInt, strings str)
+        kinds = {type(member.value) for member in annotation}
+        value_type = kinds.pop() if len(kinds) == 1 else str
+        return "enum", "SymInt" if value_type is int else _STATIC_SCHEMA.get(value_type, "str")
     raise ValueError(f"unsupported annotation {annotation!r}")
 
 
@@ -136,7 +140,7 @@ class _JaxCustomOpDef(torch._library.custom_ops.CustomOpDef):
 
 def _enum_to_int(value: Any, param: _Param) -> Any:
     if param.kind == "enum" and isinstance(value, enum.Enum):
-        return list(type(value)).index(value)
+        return value.value
     return value
 
 
@@ -146,7 +150,7 @@ class _JaxFunction:
     def __init__(self, name: str, fn: Callable[..., Any], donate_argnums: Sequence[int], mesh: Any) -> None:
         jax = _require_jax()
         if not _NAME.match(name):
-            raise ValueError(f"jax_op: name must be 'namespace::op_name' with exactly one '::', got {name!r}.")
+            raise ValueError(f"Op name {name} does not contain a namespace.")  # TorchTPU's words
         label = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", repr(fn))
         sig = inspect.signature(fn)
         hints = typing.get_type_hints(fn.func if isinstance(fn, functools.partial) else fn)
@@ -156,11 +160,8 @@ class _JaxFunction:
         for p in sig.parameters.values():
             if p.name in bound:
                 continue  # fixed by functools.partial: not a parameter of the op (as on TorchTPU)
-            if p.name not in hints:
-                raise ValueError(
-                    f"jax_op {name!r}: parameter {p.name!r} of {label} has no type annotation; annotate "
-                    "tensors as jax.Array and static values as int/float/bool/str."
-                )
+            if p.name not in hints:  # TorchTPU's words
+                raise ValueError(f"Missing argument type annotation for JAX function: {sig}.")
             try:
                 kind, schema = _kind(hints[p.name], jax)
             except ValueError as err:
@@ -170,7 +171,7 @@ class _JaxFunction:
             default = ""
             if p.default is not inspect.Parameter.empty:
                 value = p.default
-                value = list(type(value)).index(value) if isinstance(value, enum.Enum) else value
+                value = value.value if isinstance(value, enum.Enum) else value
                 default = "=None" if value is None else f"={value!r}"
             if keyword and not star:
                 schema_args.append("*")
@@ -182,7 +183,11 @@ class _JaxFunction:
         tensor_positions = [i for i, p in enumerate(self.params) if p.kind.startswith("tensor")]
         for i in donate_argnums:
             if i not in tensor_positions:
-                raise ValueError(f"jax_op {name!r}: donate_argnums contains {i}, which is not a tensor parameter.")
+                names = {self.params[i].name} if i < len(self.params) else {i}
+                raise ValueError(  # what jax.jit says, through TorchTPU
+                    f"static_argnames and donate_argnames cannot intersect. Argument names {names} appear in both "
+                    "static_argnames and donate_argnames"
+                )
         if mesh is not None:
             raise NotImplementedError(
                 "jax_op(mesh=...) is not emulated: the emulated TPU runs JAX on one CPU device per process. Call the "
@@ -207,7 +212,7 @@ class _JaxFunction:
         if param.kind == "tensors":
             return [tensor(t) for t in value]
         if param.kind == "enum":
-            return list(param.enum)[int(value)]  # type: ignore[arg-type]
+            return param.enum(int(value) if isinstance(value, torch.SymInt) else value)  # type: ignore[misc]
         if isinstance(value, torch.dtype):
             return jax.numpy.dtype(str(value).removeprefix("torch."))
         if isinstance(value, torch.SymInt):
@@ -295,7 +300,7 @@ def get_pallas_mesh(
     jax = _require_jax()
     warn_experimental("pallas.get_pallas_mesh")
     if not dist.is_initialized():
-        raise RuntimeError("torch.tpu.pallas.get_pallas_mesh needs torch.distributed to be initialized.")
+        raise RuntimeError("torch.distributed is not initialized. dist.init_process_group()")  # TorchTPU's words
     names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
     world = dist.get_world_size(process_group)
     shape = (world,) if mesh_shape is None else tuple(mesh_shape)

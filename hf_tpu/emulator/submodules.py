@@ -65,6 +65,8 @@ class _DistributedModule(types.ModuleType):
     @window_stripe_chunk_mb.setter
     def window_stripe_chunk_mb(self, value: int) -> None:
         warn_experimental("distributed.window_stripe_chunk_mb")
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:  # TorchTPU's words
+            raise RuntimeError(f"_set_window_stripe_chunk_mb(): expected window_stripe_chunk_mb to be > 0, got {value}")
         self._stripe_chunk_mb = _positive("window_stripe_chunk_mb", value)
 
 

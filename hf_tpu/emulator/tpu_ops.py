@@ -376,7 +376,13 @@ def splash_sdpa(
     with an optional sliding window of ``local_window_size`` keys. TorchTPU runs JAX's splash-attention Pallas
     kernel (the block sizes and layouts tune it); the emulator computes the same masked attention with SDPA,
     so the block and layout arguments change nothing here. Differentiable in q, k and v."""
+    n_heads, n_kv_heads = q.shape[1], k.shape[1]
+    if enable_gqa != (n_heads != n_kv_heads):
+        raise ValueError(f"enable_gqa ({enable_gqa}) does not match inputs: n_heads={n_heads}, n_kv_heads={n_kv_heads}")
     q_len, kv_len = q.shape[-2], k.shape[-2]
+    kv_compute = min(block_kv_compute, kv_len)  # JAX's splash kernel tiles keys in lanes of 128
+    if kv_compute % 128:
+        raise ValueError(f"bkv_compute={kv_compute} must be a multiple of 128.")
     mask = None
     if is_causal or local_window_size is not None:
         rows = torch.arange(q_len, device=q.device)[:, None] + (kv_len - q_len)

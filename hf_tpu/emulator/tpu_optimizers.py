@@ -121,8 +121,17 @@ class AdamW(Optimizer):
         return self.ParamGroup(params, _zeros(params, dtype), _zeros(params, dtype), _steps(params, 0.0))
 
     def step(self, param_group: _AdamWParamGroup, grads: dict[str, torch.Tensor]) -> _AdamWParamGroup:
+        from . import gaps
+
         for name, p in param_group.params.items():
             g = -grads[name] if self._maximize else grads[name]
+            m = param_group.opt_state_m[name]
+            if m.dtype != g.dtype and "adamw_bfloat16_moments" in gaps.reproduced():
+                # torch.optim.adam's exp_avg.lerp_(grad, ...), which TorchTPU's AdamW calls
+                dtype = str(m.dtype).removeprefix("torch.").replace("bfloat16", "BFloat16")
+                raise RuntimeError(
+                    f"expected dtype c10::{dtype} for `end` but got dtype {str(g.dtype).removeprefix('torch.')}"
+                )
             m, v, t = param_group.opt_state_m[name], param_group.opt_state_v[name], param_group.opt_steps[name]
             t.add_(1.0)
             new_m = m.float() * self._beta1 + g.float() * (1 - self._beta1)
@@ -233,9 +242,6 @@ class Muon(Optimizer):
 
     def init_param_group(self, params: dict[str, torch.Tensor] | torch.nn.Module) -> _MomentumParamGroup:
         params = _named(params)
-        bad = [k for k, p in params.items() if p.dim() != 2]
-        if bad:
-            raise ValueError(f"Muon only supports 2D parameters; these are not: {bad}.")
         dtype = torch.bfloat16 if self._use_bfloat16_moments else None
         return self.ParamGroup(params, _zeros(params, dtype), _steps(params, 0.0))
 

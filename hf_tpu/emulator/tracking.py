@@ -98,7 +98,7 @@ class Tracker:
 
 
 _active: list[Tracker] = []
-_active_lock = threading.Lock()
+_active_lock = threading.Lock()  # guards the active trackers; nothing under it imports or calls out
 
 
 def _dispatch(kind: int, nbytes: int, what: str) -> None:

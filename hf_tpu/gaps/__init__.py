@@ -3,9 +3,10 @@ and which hf-tpu workaround closes it.
 
 Evidence: [ci] Hugging Face's TPU CI on 8x v6e with torch_tpu 0.1.2.dev20261005 (transformers'
 ``utils/tpu_ci/``: failure counts and standalone probes); [wheel] the torch-tpu 0.2.0 wheel (its
-Python sources and the kernel names in its ``libpywrap_2_13_0_common.so``); [reading] inferred, not
-seen on a chip. ``fixed_in`` is the first TorchTPU release known to fix a gap (None: no fix known,
-so the gap is assumed present in every release).
+Python sources and the kernel names in its ``libpywrap_2_13_0_common.so``); [run] the 0.2.0 wheel
+itself, run on XLA:CPU (``HF_TPU_XLA_CPU=1``); [reading] inferred, not seen on a chip. ``fixed_in`` is the first TorchTPU release known to fix a gap (None: no fix known,
+so the gap is assumed present in every release); the emulator's ``torch_tpu`` profile is TorchTPU 0.2.0, so it
+reproduces only the gaps 0.2.0 has.
 
 ``hf-tpu gaps`` runs :data:`PROBES`' scripts (``probes.py``), one subprocess each, and records what
 it measured; workarounds are installed from that measurement when there is one for this backend,
@@ -39,6 +40,10 @@ class Gap:
     # a race: a probe that does not see it has not shown it fixed ("not seen"), so no measurement turns its
     # workaround off
     intermittent: bool = False
+    # why the real wheel on XLA:CPU cannot show the gap (a Pallas kernel, one device, ...); "" when it can
+    hidden_on_xla_cpu: str = ""
+    # False for a gap the emulator does not reproduce (its ``emulator`` field says what it does instead)
+    emulated: bool = True
 
 
 GAPS: tuple[Gap, ...] = (
@@ -47,7 +52,7 @@ GAPS: tuple[Gap, ...] = (
         "torch.linalg.cholesky / cholesky_ex are missing, so resize_token_embeddings fails (its new rows are drawn "
         "from a MultivariateNormal, which factorises the covariance)",
         "0.1.2.dev [ci: 69 failures]; 0.2.0 [wheel: no kernel, only autocast entries]",
-        "'aten::linalg_cholesky_ex' is not implemented for TPU (NotImplementedError), as TorchTPU's fallback says",
+        "RuntimeError \"operator 'aten::linalg_cholesky_ex' is not implemented for TPU\", as TorchTPU's fallback says",
         "cholesky_on_cpu",
         signature=r"linalg_cholesky|cholesky_ex",
         ops=("aten.linalg_cholesky_ex",),
@@ -89,13 +94,26 @@ GAPS: tuple[Gap, ...] = (
         "the boolean mask becomes an additive mask with a large finite negative, so the row softmaxes uniformly",
         "attention_zero_fully_masked_rows",
         ops=("scaled_dot_product_attention.bool_mask",),
+        hidden_on_xla_cpu="its flash attention is a Pallas kernel; XLA:CPU runs TorchTPU's math path",
     ),
     Gap(
         "multinomial_seeding",
         "torch.multinomial ignores the seed and generator=, so sampling (generate(do_sample=True)) is not reproducible",
-        "0.1.2.dev [ci]; 0.2.0 [wheel: its own multinomial kernel]",
+        "0.1.2.dev [ci]; fixed in 0.2.0 [run: one seed, the same draws]",
         "each multinomial call draws from a freshly, randomly seeded generator",
         "seeded_multinomial",
+        ops=("multinomial",),
+        fixed_in="0.2.0",
+    ),
+    Gap(
+        "multinomial_unchecked",
+        "torch.multinomial on tpu draws from an invalid distribution (a negative or nan weight, an all-zero row) "
+        "instead of raising as CPU and CUDA do: a bug upstream of sampling (a corrupted logit, a bad mask) goes "
+        "unnoticed",
+        "0.2.0 [run: multinomial([-1, 2]) draws 1, multinomial([0, 0]) draws 0, without an error]",
+        "negative and nan weights count as 0 (an infinite one is always drawn), an all-zero row draws index 0",
+        None,
+        advice="check the weights yourself where they can be invalid (a check on the chip costs a host sync per call)",
         ops=("multinomial",),
     ),
     Gap(
@@ -107,6 +125,7 @@ GAPS: tuple[Gap, ...] = (
         "attention_math_for_differentiable_mask",
         signature=r"not differentiable with respect to .?attn_mask",
         ops=("scaled_dot_product_attention.grad_mask",),
+        hidden_on_xla_cpu="its flash attention is a Pallas kernel; XLA:CPU runs TorchTPU's math path",
     ),
     Gap(
         "avg_pool1d_gradient",
@@ -119,20 +138,22 @@ GAPS: tuple[Gap, ...] = (
     Gap(
         "boolean_mask_indexing",
         "x[:, :, mask2d] (a multi-dimensional boolean index after a slice) raises a shape error",
-        "0.1.2.dev [ci]",
+        "0.1.2.dev [ci]; fixed in 0.2.0 [run: the right shape and values]",
         "aten::index raises IndexError 'shape mismatch' for such an index",
         "boolean_mask_to_indices",
         signature=r"shape mismatch: indexing tensors could not be broadcast",
         ops=("aten.index.bool_mask",),
+        fixed_in="0.2.0",
     ),
     Gap(
         "interpolate_same_size",
         "F.interpolate(mode='linear') to the size the input already has aborts the process",
-        "0.1.2.dev [ci]",
+        "0.1.2.dev [ci]; fixed in 0.2.0 [run: a copy of the input]",
         "RuntimeError 'TorchTPU aborts the process here' in upsample_linear1d",
         "interpolate_same_size_is_a_copy",
         signature=r"upsample_linear1d",
         ops=("aten.upsample_linear1d",),
+        fixed_in="0.2.0",
     ),
     Gap(
         "attention_precision",
@@ -142,6 +163,7 @@ GAPS: tuple[Gap, ...] = (
         "q, k, v (and float masks) in bfloat16 for the attention kernel, output cast back",
         "attention_math_at_highest",
         ops=("scaled_dot_product_attention",),
+        hidden_on_xla_cpu="its flash attention is a Pallas kernel; XLA:CPU runs TorchTPU's math path",
     ),
     Gap(
         "device_index",
@@ -151,6 +173,18 @@ GAPS: tuple[Gap, ...] = (
         "Tensor.to and Module.to map an int device to tpu:0 (plain process on a multi-chip host)",
         "int_device_means_that_chip",
         needs_chips=2,
+        hidden_on_xla_cpu="XLA:CPU gives TorchTPU one device",
+    ),
+    Gap(
+        "device_index_out_of_range",
+        "a tensor made on tpu:N with N beyond the process's chips lands on tpu:0 without an error "
+        "(torch.ones(2, device='tpu:1') in a one-chip process): a device-placement bug goes unnoticed",
+        "0.2.0 [run: torch.ones(2, device='tpu:1') is a tensor on tpu:0]",
+        "not reproduced: the emulator refuses such an index, naming the process's chips",
+        None,
+        advice="use torch.device('tpu', torch.accelerator.current_device_index()), or check the index against "
+        "torch.accelerator.device_count()",
+        emulated=False,
     ),
     Gap(
         "visible_devices",
@@ -161,6 +195,7 @@ GAPS: tuple[Gap, ...] = (
         None,
         advice="launch one process per chip (`hf-tpu launch -n N`) instead of pinning chips; hf-tpu warns at set-up",
         needs_chips=2,
+        hidden_on_xla_cpu="XLA:CPU gives TorchTPU one device",
     ),
     Gap(
         "device_sharing",
@@ -172,12 +207,13 @@ GAPS: tuple[Gap, ...] = (
         None,
         advice="run device work in one process per chip; hf-tpu names the process that holds a chip",
         signature=r"runtime cannot open|held by (another )?process",
+        hidden_on_xla_cpu="XLA:CPU holds no chip: every process opens its own CPU client",
     ),
     Gap(
         "record_stream",
         "Tensor.record_stream on a tpu tensor is not implemented (diffusers' group offloading with streams)",
         "0.2.0 [wheel: no record_stream kernel; reading: its boxed fallback raises]",
-        "'record_stream' is not implemented for TPU (NotImplementedError)",
+        "RuntimeError \"operator 'aten::record_stream' is not implemented for TPU\", as TorchTPU's fallback says",
         "record_stream_noop",
         signature=r"record_stream",
         ops=("record_stream",),
@@ -192,6 +228,26 @@ GAPS: tuple[Gap, ...] = (
         "autocast_floating_dtypes_only",
     ),
     Gap(
+        "autocast_default_float16",
+        "torch.autocast('tpu') without a dtype computes in float16, not bfloat16: TorchTPU's device module answers "
+        "bfloat16 (torch.tpu._get_autocast_dtype()) but never sets torch's autocast dtype for the device, whose "
+        "default is float16 (Trainer and accelerate pass bfloat16 explicitly; a bare torch.autocast('tpu') does not)",
+        "0.2.0 [run: torch.get_autocast_dtype('tpu') is torch.float16 once TorchTPU has set the device up]",
+        "torch's autocast dtype for the device stays float16, as TorchTPU leaves it",
+        "autocast_defaults_to_bfloat16",
+    ),
+    Gap(
+        "adamw_bfloat16_moments",
+        "torch.tpu.optimizers.AdamW() keeps its moments in bfloat16 by default, and its step fails on float32 "
+        "parameters ('expected dtype c10::BFloat16 for `end` but got dtype float': torch.optim.adam's lerp_ of a "
+        "bfloat16 moment toward a float32 gradient)",
+        "0.2.0 [run: AdamW(lr=...).step on a float32 nn.Linear's parameters]",
+        "the same RuntimeError from the emulator's AdamW, for moments and gradients of different dtypes",
+        None,
+        advice="pass use_bfloat16_moments=False for float32 parameters (or train in bfloat16)",
+        signature=r"expected dtype c10::BFloat16 for `end`",
+    ),
+    Gap(
         "autograd_exit_abort",
         "a process that ran a backward on the device aborts as it exits (std::terminate, exit status 134) in about "
         "half the runs: every training script's exit status is a coin toss",
@@ -204,6 +260,24 @@ GAPS: tuple[Gap, ...] = (
         "autograd_drained_at_exit",
         component="torch",
         intermittent=True,
+    ),
+    Gap(
+        "compile_options_ignored",
+        "torch.compile(backend='tpu', options={...}) ignores keys it does not read: a misspelt option (or one of "
+        "Inductor's) silently does nothing",
+        "0.2.0 [wheel: TpuBackend reads its options with dict.get; run: an unknown key compiles without a word]",
+        "the same: unknown keys are ignored",
+        "unknown_compile_options_warn",
+    ),
+    Gap(
+        "cpu_tensor_into_compiled_graph",
+        "a compiled graph refuses a CPU tensor input that eager mode accepts ('execute(): failed to prepare compiled "
+        "mode arguments: ... expected tensor to be on tpu, got cpu'): transformers' StaticCache when the compiled "
+        "region sets it up (its cumulative_length starts on the CPU), diffusers' QwenImage (its pos_freqs buffer)",
+        "0.2.0 [run: the real wheel on XLA:CPU, a two-line compiled function and both models]",
+        "the compile backend refuses a graph's CPU tensor inputs (pinned host memory excepted) with TorchTPU's message",
+        "compiled_graphs_take_cpu_inputs",
+        signature=r"failed to prepare compiled mode arguments|expected tensor to be on tpu, got cpu",
     ),
     Gap(
         "safetensors_device",

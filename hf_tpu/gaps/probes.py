@@ -108,6 +108,14 @@ for _ in range(2):
 if not torch.equal(draws[0], draws[1]):
     raise RuntimeError(f"one seed, two draws: {draws[0].tolist()} and {draws[1].tolist()}")
 """,
+    "multinomial_unchecked": """
+try:
+    draw = torch.multinomial(torch.tensor([-1.0, 2.0], device=DEVICE), 1).cpu()
+except RuntimeError as err:  # refused, as on CPU and CUDA: no gap
+    print(f"refused: {err}")
+else:
+    raise RuntimeError(f"multinomial of the weights [-1, 2] drew {draw.tolist()} instead of refusing them")
+""",
     "differentiable_attention_mask": """
 query, key, value = (torch.randn(1, 2, 4, 8, device=DEVICE) for _ in range(3))
 bias = torch.zeros(1, 2, 4, 4, device=DEVICE, requires_grad=True)  # a learned attention bias
@@ -150,6 +158,15 @@ moved = torch.zeros(2).to(last)
 if moved.device.index != last:
     raise RuntimeError(f".to({last}) returned a tensor on {moved.device}")
 """,
+    "device_index_out_of_range": """
+beyond = torch.accelerator.device_count()  # one past the last chip of this process
+try:
+    placed = torch.ones(2, device=f"tpu:{beyond}").cpu()
+except RuntimeError as err:  # refused: no gap
+    print(f"refused: {err}")
+else:
+    raise RuntimeError(f"a tensor on tpu:{beyond}, beyond this process's {beyond} chip(s), was made without an error")
+""",
     "visible_devices": """
 needs_chips(2)
 child = subprocess.run(
@@ -189,6 +206,23 @@ else:  # torch itself disables autocast (with a warning) for a dtype the backend
     if product.dtype != torch.float32:
         raise RuntimeError(f"torch.autocast accepted dtype=torch.int8; a float32 matmul came back as {product.dtype}")
 """,
+    "adamw_bfloat16_moments": """
+import warnings
+
+warnings.simplefilter("ignore")  # torch.tpu.optimizers is experimental and says so
+layer = torch.nn.Linear(3, 2).to(DEVICE)
+adamw = torch.tpu.optimizers.AdamW(lr=1e-3)  # bfloat16 moments: the default
+group = adamw.init_param_group(layer)
+grads = {name: torch.ones_like(p) for name, p in group.params.items()}
+adamw.step(group, grads)
+""",
+    "autocast_default_float16": """
+a = torch.ones(2, 2, device=DEVICE)
+with torch.autocast(DEVICE):  # no dtype: the device's default autocast dtype
+    product = a @ a
+if product.dtype != torch.bfloat16:
+    raise RuntimeError(f"torch.autocast('tpu') computed a matmul in {product.dtype}, not torch.bfloat16")
+""",
     "autograd_exit_abort": f"""
 # The abort is a race between the main thread's exit and autograd's device worker. The child makes it
 # happen on purpose (see EXIT_RACE_CHILD), so a few runs show it: on one core its main thread outranks the
@@ -201,6 +235,20 @@ for attempt in range(5):
             f"run {{attempt + 1}}: a process that ran a backward exited with {{proc.returncode}} "
             f"(-6 or 134: aborted): {{proc.stderr.strip()[-200:]}}"
         )
+""",
+    "compile_options_ignored": """
+import warnings
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    double = torch.compile(lambda x: x * 2, backend="tpu", options={"async_compil": True})  # a typo
+    double(torch.ones(2, device=DEVICE)).cpu()
+if not any("async_compil" in str(w.message) for w in caught):
+    raise RuntimeError("options={'async_compil': True} (async_compile misspelt) was ignored without a word")
+""",
+    "cpu_tensor_into_compiled_graph": """
+add = torch.compile(lambda x, step: x + step.to(x.device), backend="tpu")
+print(add(torch.ones(3, device=DEVICE), torch.tensor(2)).cpu())  # eager takes the CPU step; does the graph?
 """,
     "safetensors_device": """
 from safetensors.torch import load_file, save_file

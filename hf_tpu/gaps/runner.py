@@ -72,15 +72,19 @@ def _environments(name: str, emulated: bool) -> tuple[dict[str, str], dict[str, 
 
 
 def run(names: list[str] | None = None, *, jobs: int | None = None, timeout: float = 600) -> list[Result]:
-    """Probe the gaps (all, or ``names``) on this machine's TPU: the real one, or the emulator."""
-    from .._backend import real_tpu_present
+    """Probe the gaps (all, or ``names``) on this machine's TPU: the real one, the real wheel on XLA:CPU, or the
+    emulator."""
+    from .._backend import needs_emulator
 
-    emulated = not real_tpu_present()
+    emulated = needs_emulator()
     names = names or [gap.name for gap in GAPS]
     for name in names:
         get(name)
-    # On a chip, probes must not run side by side: each holds the chips it opens.
-    workers = 1 if not emulated else max(1, jobs or (os.cpu_count() or 1))
+    # On a chip, probes must not run side by side: each holds the chips it opens. XLA:CPU holds nothing.
+    from .. import xla_cpu
+
+    side_by_side = emulated or xla_cpu.requested()
+    workers = 1 if not side_by_side else max(1, jobs or (os.cpu_count() or 1))
 
     def probe(name: str) -> Result:
         off_env, on_env = _environments(name, emulated)
@@ -97,10 +101,14 @@ def _backend_label() -> str:
     import torch
 
     from .. import emulator
+    from . import status
 
     host = emulator.host()
     if host is None:
-        return f"TorchTPU, torch {torch.__version__}"
+        from .. import xla_cpu
+
+        where = " on XLA:CPU (the real wheel, HF_TPU_XLA_CPU=1)" if xla_cpu.active() else ""
+        return f"TorchTPU{where}, torch-tpu {status._version('torch-tpu')}, torch {torch.__version__}"
     return f"the emulated TPU (profile {host.profile}, {host.usable} chip(s)), torch {torch.__version__}"
 
 
@@ -134,34 +142,42 @@ def format_fixes() -> str:
     from .. import fixes
 
     rows = fixes.registered()
+    count = {kind: sum(r.kind == kind for r in rows) for kind in ("workaround", "patch", "default", "xla_cpu_limit")}
     lines = [
-        f"hf-tpu fixes: {sum(r.kind == 'workaround' for r in rows)} workarounds, {sum(r.kind == 'patch' for r in rows)} patches"
+        f"hf-tpu fixes: {count['workaround']} workarounds, {count['patch']} patches, {count['default']} TPU defaults"
+        + (f", {count['xla_cpu_limit']} for XLA:CPU's limits" if count["xla_cpu_limit"] else "")
     ]
-    for kind in ("workaround", "patch"):
+    for kind in ("workaround", "patch", "default", "xla_cpu_limit"):
         for fix in (r for r in rows if r.kind == kind):
-            lines.append(f"  {fix.name:<40} {kind:<10} {fix.gap:<30} {fix.state}")
+            lines.append(f"  {fix.name:<40} {kind:<13} {fix.gap:<30} {fix.state}")
             lines.append(f"  {'':<40} {fix.why}")
+            if fix.off:
+                lines.append(f"  {'':<40} off: {fix.off}")
     return "\n".join(lines)
 
 
 def main(args: object) -> int:
     """The ``hf-tpu gaps`` command (arguments parsed in ``hf_tpu.cli``)."""
     from .. import emulator
-    from .._backend import real_tpu_present
+    from .._backend import needs_emulator
     from . import status
 
     if args.show:  # type: ignore[attr-defined]
         sys.stdout.write(script(args.show))  # type: ignore[attr-defined]
         return 0
     if args.fixes:  # type: ignore[attr-defined]
-        if not real_tpu_present():
+        if needs_emulator():
             emulator.enable(quiet=True)
+        else:
+            import torch  # noqa: F401  (a real TPU, or the real wheel on XLA:CPU, sets itself and the fixes up)
         sys.stdout.write(format_fixes() + "\n")
         return 0
     if args.chips:  # type: ignore[attr-defined]
         os.environ["HF_TPU_EMULATOR_CHIPS"] = str(args.chips)  # type: ignore[attr-defined]
-    if not real_tpu_present():
+    if needs_emulator():
         emulator.enable(quiet=True)  # to name the backend; it opens no chip
+    else:
+        import torch  # noqa: F401  (the real TPU, or the real wheel on XLA:CPU, is set up by the autoload)
     results = run(args.only or None, jobs=args.jobs, timeout=args.timeout)  # type: ignore[attr-defined]
     if not args.no_save:  # type: ignore[attr-defined]
         measured = {r.name: r.without_workarounds for r in results if r.without_workarounds in ("present", "fixed")}

@@ -45,17 +45,20 @@ def backend_key() -> str:
     host = emulator.host()
     if host is not None:
         return f"emulated-{host.profile}-{host.usable}chips-hf_tpu-{_version('hf-tpu')}-torch-{torch.__version__}"
+    from .. import xla_cpu
+
+    if xla_cpu.active():
+        return f"torch_tpu-{_version('torch-tpu')}-xla_cpu-{_version('lammps-jax-pjrt-cpu')}-torch-{torch.__version__}"
     return f"torch_tpu-{_version('torch-tpu')}-libtpu-{_version('libtpu')}-torch-{torch.__version__}"
 
 
 def measurement_path() -> Path:
     if os.environ.get("HF_TPU_GAPS_FILE"):
         return Path(os.environ["HF_TPU_GAPS_FILE"])
-    root = os.environ.get("HF_TPU_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hf-tpu"
-    )
+    from .._cache import cache_root
+
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in backend_key())
-    return Path(root) / "gaps" / f"{safe}.json"
+    return cache_root() / "gaps" / f"{safe}.json"
 
 
 def load_measurement() -> dict | None:
@@ -94,8 +97,10 @@ def present(name: str) -> tuple[bool, str]:
     if measured is not None and measured["gaps"].get(name) in ("present", "fixed"):
         result = measured["gaps"][name]
         return result == "present", f"hf-tpu gaps measured it {result} on {measured['measured']}"
-    from .. import emulator
+    from .. import emulator, xla_cpu
 
+    if xla_cpu.active() and get(name).hidden_on_xla_cpu:
+        return False, f"the real wheel on XLA:CPU cannot show it ({get(name).hidden_on_xla_cpu})"
     if emulator.is_enabled():
         reproduced = name in emulator.reproduced_gaps()
         profile = emulator.profile()

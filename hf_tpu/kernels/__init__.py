@@ -5,9 +5,11 @@ offline with ``kernels.get_local_kernel``. Patches, one per upstream gap (ids fr
 
 - G9: ``"tokamax_ragged_dot"`` is in ``ALL_EXPERTS_FUNCTIONS`` as soon as transformers' MoE module is imported, so
   ``from_pretrained(..., experts_implementation="tokamax_ragged_dot")`` validates; the kernel loads on first call.
-- G14: kernels picks ``build/torch-tpu`` variants on a tpu device (it looks for ``torch.backends.tpu``).
+- G14: kernels picks ``build/torch-tpu`` variants on a tpu device (kernels < 0.18 looks for ``torch.backends.tpu``;
+  from 0.18 it asks ``torch.accelerator`` itself: not needed).
 - G16: on a TPU, ``get_kernel("kernels-community/ragged-dot-tpu")`` (or the blog's ``tengomucho/ragged-dot-tpu``)
-  falls back to the shipped copy when the Hub cannot serve it, or when the installed tokamax is too old for it.
+  falls back to the shipped copy when the Hub cannot serve it, or when the installed tokamax is too old for it
+  (``kernels.load``; ``kernels._internals.load`` from kernels 0.19).
 
 Everything is installed only on a real or emulated TPU (``install()`` runs at set-up), and each patch re-checks
 the device, so other users of the same process see upstream behaviour. This module stays import-light: the

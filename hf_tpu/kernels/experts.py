@@ -100,7 +100,8 @@ def _tokamax_too_old() -> bool:
 
 
 def hub_kernel_fallback(module: ModuleType) -> None:
-    """kernels.load (and the ``kernels`` package's binding of it, if already made): on a TPU, ``get_kernel`` of
+    """kernels.load (kernels._internals.load from 0.19; and the ``kernels`` package's binding of it, if already
+    made): on a TPU, ``get_kernel`` of
     a known ragged-dot repo loads the shipped copy when the Hub cannot serve it (offline, no cache) or when
     tokamax < 0.0.13 (Python 3.11) cannot run the Hub build's ``mosaic_tpu_v2``. Other repos and non-TPU processes are untouched."""
     original = module.get_kernel
@@ -138,8 +139,15 @@ def hub_kernel_fallback(module: ModuleType) -> None:
 
 PATCHES: tuple[Fix, ...] = (
     Fix.patch("G9", "transformers.integrations.moe", register_experts_implementation),
-    Fix.patch("G14", "kernels.backends", kernels_tpu_backend),
-    Fix.patch("G16", "kernels.load", hub_kernel_fallback),
+    # kernels 0.18 picks TPU builds from torch.accelerator itself
+    Fix.patch("G14", "kernels.backends", kernels_tpu_backend, targets={"<0.18": "kernels.backends", ">=0.18": None}),
+    # kernels 0.19 moved its loaders to kernels._internals (re-exported as kernels.get_kernel)
+    Fix.patch(
+        "G16",
+        "kernels.load",
+        hub_kernel_fallback,
+        targets={"<0.19": "kernels.load", ">=0.19": "kernels._internals.load"},
+    ),
 )
 
 

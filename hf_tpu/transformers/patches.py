@@ -10,6 +10,7 @@ import copy
 import functools
 import inspect
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -214,6 +215,23 @@ def environment_names_the_tpu(module: ModuleType) -> None:
     module._format_dict = _format_dict
 
 
+# ---- TPU default: generate() at fixed shapes ----------------------------------------------------
+def generate_at_fixed_shapes(module: ModuleType) -> Callable[[], None]:
+    """generate() on tpu with no cache chosen runs on a power-of-two static cache with the prompt left-padded (on
+    the host) to a bucket, padding stripped from the result: the same tokens, and no compilation for a new prompt
+    length once its bucket is warm (see hf_tpu.transformers.generate_shapes)."""
+    from .generate_shapes import wrap_generate
+
+    cls = module.GenerationMixin
+    original = cls.generate
+    cls.generate = wrap_generate(original)
+
+    def undo() -> None:
+        cls.generate = original
+
+    return undo
+
+
 PATCHES: tuple[Fix, ...] = (
     Fix.patch("G2", "transformers.integrations.accelerate", max_memory_tpu_keys),
     Fix.patch("G1", "transformers.modeling_utils", auto_offload_report),
@@ -223,6 +241,7 @@ PATCHES: tuple[Fix, ...] = (
     Fix.patch("G18", "transformers.generation.continuous_batching.cache", memory_breakdown_cache),
     Fix.patch("P1", "transformers.pipelines.base", pipeline_default_device),
     Fix.patch("P2", "transformers.cli.system", environment_names_the_tpu),
+    Fix.default("transformers.generation.utils", generate_at_fixed_shapes, off="HF_TPU_GENERATE_BUCKETS=0"),
 )
 
 

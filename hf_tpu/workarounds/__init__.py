@@ -22,11 +22,14 @@ def _fix(name: str, gap: str, target: str, module: ModuleType, *, trigger: str |
 def _table() -> tuple[Fix, ...]:
     from . import (
         attention,
+        autocast_default,
         autocast_dtype,
         autograd_exit,
         avg_pool1d,
         boolean_mask,
         cholesky,
+        compile_options,
+        cpu_inputs,
         ctc_loss,
         device_index,
         device_sharing,
@@ -80,10 +83,28 @@ def _table() -> tuple[Fix, ...]:
             "autocast_floating_dtypes_only", "autocast_integer_dtype", "torch.autocast (device 'tpu')", autocast_dtype
         ),
         _fix(
+            "autocast_defaults_to_bfloat16",
+            "autocast_default_float16",
+            "torch's autocast dtype for device 'tpu'",
+            autocast_default,
+        ),
+        _fix(
             "autograd_drained_at_exit",
             "autograd_exit_abort",
             "torch.autograd's backward entry point, and an atexit hook",
             autograd_exit,
+        ),
+        _fix(
+            compile_options.NAME,
+            "compile_options_ignored",
+            "torch.compile(backend='tpu', options=...)",
+            compile_options,
+        ),
+        _fix(
+            cpu_inputs.NAME,
+            "cpu_tensor_into_compiled_graph",
+            "the callable the 'tpu' compile backend returns",
+            cpu_inputs,
         ),
         _fix(
             "safetensors_load_to_tpu",

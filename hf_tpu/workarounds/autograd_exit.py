@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-_state = threading.Lock()
+_state = threading.Lock()  # guards the engine swap in apply/revert; nothing under it imports or calls out
 _ran_backward = False
 _installed = False
 _originals: dict[str, Any] = {}

@@ -1,17 +1,26 @@
 """Gap ``ctc_loss``: CTC loss (forward and backward) runs on the host instead of aborting the process.
 
 The CTC forward-backward recursion is sequential over time and small; the CPU kernels compute it,
-and autograd (above the kernel) is unchanged.
+and autograd (above the kernel) is unchanged. TorchTPU 0.2.0 also registers ``ctc_loss.Tensor`` itself, for
+PrivateUse1 and AutogradPrivateUse1 (its own lowering, which never reaches ``_ctc_loss``; the real wheel showed
+it): that overload goes back to torch's composite, which calls the ``_ctc_loss`` kernels below.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from ._tools import Kernels, on_cpu
 
 _kernels = Kernels()
+_composite = Kernels()
 aten = torch.ops.aten
+
+
+def _ctc_loss_composite(*args: Any) -> torch.Tensor:
+    return aten.ctc_loss.Tensor.decompose(*args)
 
 
 def apply() -> None:
@@ -23,7 +32,9 @@ def apply() -> None:
             "_ctc_loss_backward.Tensor": on_cpu(aten._ctc_loss_backward.Tensor),
         }
     )
+    _composite.register({"ctc_loss.Tensor": _ctc_loss_composite}, dispatch_key="AutogradPrivateUse1")
 
 
 def revert() -> None:
     _kernels.remove()
+    _composite.remove()

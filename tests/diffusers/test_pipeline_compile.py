@@ -13,6 +13,7 @@ import torch
 import hf_tpu
 from hf_tpu.diffusers import compile_pipeline, warm_up
 from tests.diffusers.pipelines import call_kwargs, load
+from tests.gaps.test_workarounds import without
 
 pytestmark = pytest.mark.usefixtures(
     "float32_matmuls"
@@ -61,6 +62,23 @@ def test_blog_recipe_one_graph_for_every_step(pipeline_dir, name):
         compiled = images(pipe, name, num_inference_steps=3)
     assert len(report.compiles) == 1, report
     np.testing.assert_allclose(compiled, eager, rtol=0, atol=ATOL)
+
+
+def test_qwenimage_recipe_needs_its_cpu_buffer_moved(pipeline_dir):
+    # QwenImage's rotary table (pos_freqs) is a CPU tensor the transformer moves to the chip inside its forward: the
+    # compiled graph gets a CPU input, which TorchTPU refuses (gap cpu_tensor_into_compiled_graph) and hf-tpu's
+    # compiled_graphs_take_cpu_inputs moves to the chip. The recipe's images are the eager ones either way.
+    pipe = load("qwenimage", pipeline_dir("qwenimage")).to("tpu")
+    eager = images(pipe, "qwenimage", num_inference_steps=2)
+    with without("compiled_graphs_take_cpu_inputs", "cpu_tensor_into_compiled_graph") as gap:
+        if gap:
+            torch._dynamo.reset()
+            pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+            with pytest.raises(RuntimeError, match="expected tensor to be on tpu, got cpu"):
+                images(pipe, "qwenimage", num_inference_steps=2)
+    torch._dynamo.reset()
+    pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    np.testing.assert_allclose(images(pipe, "qwenimage", num_inference_steps=2), eager, rtol=0, atol=ATOL)
 
 
 def test_compile_pipeline_names_the_missing_denoiser():

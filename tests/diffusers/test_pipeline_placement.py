@@ -62,6 +62,7 @@ def test_model_device_map_tpu(pipeline_dir):
     assert {p.device for p in model.parameters()} == {torch.device("tpu:0")}
 
 
+@pytest.mark.emulator_only("a device set up after the library was imported: an explicit hf_tpu.emulator.enable()")
 def test_device_map_tpu_when_diffusers_came_first(pipeline_dir):
     # G5: diffusers freezes its accepted device maps at import; the TPU came up afterwards.
     code = f"""

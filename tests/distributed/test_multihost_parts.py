@@ -57,6 +57,9 @@ def test_a_dcn_split_on_one_slice_is_refused():
         rank_layout(chips(2, 2, slices=False), (2, 2), (2, 1))
 
 
+@pytest.mark.emulator_only(
+    "an emulated multi-host slice (its host index); TorchTPU reads these variables once per process"
+)
 def test_set_tpu_launch_env_for_a_multi_host_slice(monkeypatch):
     # the whole environment comes back afterwards (delenv of an unset name would not restore it once set)
     monkeypatch.setattr(os, "environ", os.environ.copy())

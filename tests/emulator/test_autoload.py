@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from tests.conftest import run_python
+
+pytestmark = pytest.mark.emulator_only("the emulator's own start-up: HF_TPU_EMULATE, its announcement, its autoload")
 
 PROBE = """
     import torch
@@ -25,7 +29,7 @@ def test_env_var_turns_it_on_with_one_line():
     assert "TPU True tpu" in proc.stdout and "tpu:0" in proc.stdout
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hf-tpu:")]
     assert lines == [
-        "hf-tpu: emulated TPU v6e (CPU-backed), 1 chip, 32 GiB HBM, profile torch_tpu (TPU numerics, 14 known "
+        "hf-tpu: emulated TPU v6e (CPU-backed), 1 chip, 32 GiB HBM, profile torch_tpu (TPU numerics, 16 known "
         "TorchTPU gaps)"
     ]
 

@@ -64,10 +64,11 @@ def test_dynamic_true_is_refused():
 
 def test_only_options_are_accepted_and_unknown_keys_ignored_as_on_torch_tpu():
     x = torch.randn(4, 4, device="tpu")
-    with pytest.raises(Exception, match="accepts only options="):
+    with pytest.raises(Exception, match=r"TypeError: Unexpected keyword arguments: \{'mode': 'max-autotune'\}"):
         torch.compile(_f, backend="tpu", mode="max-autotune")(x, x)
+    # TorchTPU ignores an unknown key (gap compile_options_ignored); hf-tpu's workaround names it
     with pytest.warns(UserWarning, match=r"ignores the unknown option\(s\) \['triton.cudagraphs'\]"):
-        torch.compile(_f, backend="tpu", options={"triton.cudagraphs": True})(x, x)  # TorchTPU ignores it too
+        torch.compile(_f, backend="tpu", options={"triton.cudagraphs": True})(x, x)
     for bad, error in [({"num_dynamic_buckets": 0}, ValueError), ({"bucket_size": 0}, ValueError),
                        ({"debug_callback": 3}, TypeError)]:  # fmt: skip
         torch._dynamo.reset()
@@ -77,16 +78,20 @@ def test_only_options_are_accepted_and_unknown_keys_ignored_as_on_torch_tpu():
     torch.compile(_f, backend="tpu", mode="default")(x, x)
 
 
+def fresh_graph(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    # a graph of its own, compiled afresh: no other test compiles it, and AOTAutograd's cache is off around it
+    return (x @ w).cos().sum(0) * 3
+
+
 def test_async_compile_first_call_only_submits_as_on_torch_tpu():
     """options={"async_compile": True}: the first call after a compile raises AsyncCompilationSubmitted (the
     call submitted the compilation and did not run), later calls run."""
-    from hf_tpu.emulator.compile import AsyncCompilationSubmitted
-
     torch._dynamo.reset()
     x = torch.randn(4, 4, device="tpu")
     compiled = torch.compile(_f, backend="tpu", options={"async_compile": True})
-    with pytest.raises(AsyncCompilationSubmitted):
+    with pytest.raises(Exception) as submitted:  # TorchTPU does not export the class: it is known by its name
         compiled(x, x)
+    assert type(submitted.value).__name__ == "AsyncCompilationSubmitted"
     torch.testing.assert_close(compiled(x, x).cpu(), _f(x, x).cpu())
 
 
@@ -94,7 +99,8 @@ def test_debug_callback_gets_the_graphs():
     torch._dynamo.reset()
     seen = []
     x = torch.randn(4, 4, device="tpu")
-    torch.compile(_f, backend="tpu", options={"debug_callback": seen.append})(x, x)
+    with torch._functorch.config.patch(enable_autograd_cache=False):  # a cached graph skips the forward compile
+        torch.compile(fresh_graph, backend="tpu", options={"debug_callback": seen.append})(x, x)
     assert len(seen) == 1 and seen[0].pre_autograd_fx_code and seen[0].post_autograd_fx_forward_code
 
 
@@ -104,26 +110,31 @@ def test_inductor_with_tpu_inputs_is_refused_and_default_picks_tpu():
         torch.compile(_f, backend="inductor")(x, x)
     torch._dynamo.reset()
     before = torch.tpu._get_cache_stats().num_cache_reqs
-    out = torch.compile(_f)(x, x)  # no backend: tpu inputs select "tpu"
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        out = torch.compile(fresh_graph)(x, x)  # no backend: tpu inputs select "tpu"
     assert out.device.type == "tpu"
     assert torch.tpu._get_cache_stats().num_cache_reqs > before
 
 
-def test_cache_stats_count_compilations_and_hits():
+def test_cache_stats_count_compilations_and_a_second_compile_reuses_them():
+    """TorchTPU's compilation cache: a graph compiles once; Dynamo compiling the same graph again (after a reset)
+    compiles nothing new. (How many XLA programs one graph makes is the backend's business: at least one.)"""
     torch._dynamo.reset()
-    torch.tpu._clear_cache()
 
     def g(x):
         return (x.sin() + 1).sum()
 
     x = torch.randn(8, device="tpu")
-    torch.compile(g, backend="tpu")(x)
-    torch._dynamo.reset()  # a second Dynamo compile of the same graph: served from the cache
-    torch.compile(g, backend="tpu")(x)
+    x.cpu()  # eager work done before the count starts
+    torch.tpu._clear_cache()
+    first = torch.compile(g, backend="tpu")(x).cpu()
     stats = torch.tpu._get_cache_stats()
-    assert stats.num_compilations == 1
-    assert stats.num_cache_reqs == 2 and stats.num_cache_hits == 1
-    assert stats.per_entry_stats[0]["read_count"] == 2
+    compiled = stats.num_compilations
+    assert compiled >= 1 and stats.num_cache_reqs >= compiled
+    torch._dynamo.reset()
+    again = torch.compile(g, backend="tpu")(x).cpu()
+    assert torch.tpu._get_cache_stats().num_compilations == compiled
+    assert torch.equal(first, again)
 
 
 def test_recompile_report_counts_and_names_the_change():
@@ -197,6 +208,7 @@ def test_strict_mode_from_environment():
     assert "pad inputs to fixed sizes" in proc.stdout
 
 
+@pytest.mark.emulator_only("HF_TPU_COMPILE_FALLBACK is the emulator's: how it compiles graphs without a C++ compiler")
 def test_aot_eager_fallback_without_a_cxx_compiler():
     code = """
         import torch

@@ -9,6 +9,10 @@ import torch
 
 from tests.conftest import run_python
 
+pytestmark = pytest.mark.emulator_only(
+    "the emulator's model of a chip's HBM: capacity, out-of-memory errors, allocator statistics (XLA:CPU keeps none)"
+)
+
 MiB = 1 << 20
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import hf_tpu.emulator as emulator
+
+pytestmark = pytest.mark.emulator_only("the emulator's transfer and sync tracker")
 
 
 def test_track_counts_transfers_and_syncs_with_frames():

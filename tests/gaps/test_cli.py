@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
+from hf_tpu.emulator.gaps import fixed_in_release
 from hf_tpu.gaps import GAPS
-from tests.conftest import run_python
+from hf_tpu.gaps.status import present
+from tests.conftest import child_env, run_python
 
 
 def hf_tpu(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -30,7 +32,12 @@ def test_every_gap_shows_on_the_emulator_and_hf_tpu_closes_the_fixable_ones(tmp_
     proc = hf_tpu("gaps", "--chips", "2", HF_TPU_GAPS_FILE=str(measured))
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]  # 1: gaps are present
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:-2] if line.startswith("  ")}
+    # the torch_tpu profile is TorchTPU 0.2.0: the gaps it fixed, and the ones the emulator does not reproduce, pass
+    absent = {gap.name for gap in GAPS if not gap.emulated} | fixed_in_release()
     for gap in GAPS:
+        if gap.name in absent:
+            assert lines[gap.name].split()[1] == "fixed", lines[gap.name]
+            continue
         # a race (autograd's exit abort) shows on some machines' schedulers only; hf-tpu's fix must hold anyway
         seen = ("present", "not") if gap.intermittent else ("present",)
         assert lines[gap.name].split()[1] in seen, lines[gap.name]
@@ -39,14 +46,16 @@ def test_every_gap_shows_on_the_emulator_and_hf_tpu_closes_the_fixable_ones(tmp_
         else:
             assert "no workaround: " in lines[gap.name]
     unseen = [name for name, line in lines.items() if line.split()[1] == "not"]
-    fixable = sum(gap.workaround is not None and gap.name not in unseen for gap in GAPS)
-    present = len(GAPS) - len(unseen)
+    fixable = sum(gap.workaround is not None and gap.name not in unseen + sorted(absent) for gap in GAPS)
+    present = len(GAPS) - len(unseen) - len(absent)
     assert f"{present} of {len(GAPS)} gaps present; hf-tpu works around {fixable}" in proc.stdout
     saved = json.loads(measured.read_text())
-    assert saved["backend"].startswith("emulated-torch_tpu-2chips") and set(saved["gaps"].values()) == {"present"}
+    assert saved["backend"].startswith("emulated-torch_tpu-2chips")
+    assert {name for name, state in saved["gaps"].items() if state == "fixed"} == absent
     assert not set(unseen) & set(saved["gaps"])  # "not seen" never saved: it would turn a workaround off
 
 
+@pytest.mark.emulator_only("the emulator's ideal profile")
 def test_the_ideal_profile_has_no_backend_gaps():
     proc = hf_tpu(
         "gaps",
@@ -62,22 +71,19 @@ def test_the_ideal_profile_has_no_backend_gaps():
 
 
 def test_show_prints_a_standalone_repro_that_fails_the_same_way(tmp_path):
-    proc = hf_tpu("gaps", "--show", "boolean_mask_indexing")
+    proc = hf_tpu("gaps", "--show", "cholesky")
     assert proc.returncode == 0 and "import hf_tpu" not in proc.stdout
     script = tmp_path / "repro.py"
     script.write_text(proc.stdout)
-    env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}
     bare = subprocess.run(
         [sys.executable, str(script)],
-        env={**env, "HF_TPU_EMULATE": "1", "HF_TPU_WORKAROUNDS": "0"},
+        env=child_env(HF_TPU_WORKAROUNDS="0"),
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert bare.returncode == 1 and "IndexError: shape mismatch" in bare.stderr
-    fixed = subprocess.run(
-        [sys.executable, str(script)], env={**env, "HF_TPU_EMULATE": "1"}, capture_output=True, text=True, timeout=300
-    )
+    assert bare.returncode == 1 and "is not implemented for TPU" in bare.stderr, bare.stderr[-2000:]
+    fixed = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True, timeout=300)
     assert fixed.returncode == 0, fixed.stderr[-2000:]
 
 
@@ -122,12 +128,14 @@ def test_an_intermittent_gap_that_did_not_show_is_not_seen_and_keeps_its_workaro
 def test_fixes_lists_every_patch_and_workaround_with_its_state():
     proc = hf_tpu("gaps", "--fixes")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1::2]}
-    # One chip: the device_index gap cannot show, so its workaround is skipped, saying why; safetensors' waits for
-    # safetensors.torch to be imported; the others apply at set-up.
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:] if line.startswith("  ") and
+            len(line.split()) > 3 and line.split()[1] in ("workaround", "patch", "xla_cpu_limit")}  # fmt: skip
+    # A workaround is skipped, saying why, where this backend lacks its gap (one chip cannot show device_index;
+    # TorchTPU 0.2.0 fixed some); safetensors' waits for safetensors.torch to be imported; the others apply at set-up.
     for gap in GAPS:
         if gap.workaround:
-            state = "skipped:" if gap.needs_chips > 1 else "waiting:" if gap.component == "safetensors" else "applied"
+            state = "waiting:" if gap.component == "safetensors" else "applied"
+            state = state if present(gap.name)[0] and gap.needs_chips == 1 else "skipped:"
             assert rows[gap.workaround][1:4] == ["workaround", gap.name, state], rows[gap.workaround]
     assert rows["max_memory_tpu_keys"][1:4] == ["patch", "G2", "waiting:"]
     assert "patches" in proc.stdout.splitlines()[0]

@@ -10,6 +10,10 @@ import pytest
 
 from tests.conftest import run_python
 
+pytestmark = pytest.mark.emulator_only(
+    "an emulated multi-chip host: its chips, torchrun ranks, TPU_VISIBLE_DEVICES and chip sharing"
+)
+
 EIGHT_CHIPS = {"HF_TPU_EMULATE": "1", "HF_TPU_EMULATOR_SLICE": "v6e-8"}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import textwrap
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from hf_tpu import fixes
 from hf_tpu.gaps import GAPS
 from hf_tpu.gaps.status import present
+from tests.conftest import run_python
 
 
 @contextlib.contextmanager
@@ -28,6 +30,17 @@ def without(workaround: str, gap: str):
 
 def tpu(x: torch.Tensor) -> torch.Tensor:
     return x.to("tpu")
+
+
+def aborts_without(workaround: str, gap: str, code: str) -> None:
+    """A gap where TorchTPU ends the process: with the workaround off, ``code`` aborts a fresh process (the emulator
+    too, with ``HF_TPU_EMULATOR_GAPS=abort``) while the backend has the gap."""
+    if not present(gap)[0]:
+        return
+    body = textwrap.indent(textwrap.dedent(code).strip(), "    ")
+    script = f"import torch\nimport torch.nn.functional as F\nfrom hf_tpu import fixes\nwith fixes.disabled({workaround!r}):\n{body}\n"
+    proc = run_python(script, env={"HF_TPU_EMULATE": "1", "HF_TPU_EMULATOR_GAPS": "abort"})
+    assert proc.returncode in (-6, 134), (proc.returncode, proc.stderr[-2000:])
 
 
 def test_every_fixable_gap_names_a_registered_workaround():
@@ -43,7 +56,7 @@ def test_cholesky_runs_through_the_host():
     spd = torch.tensor([[4.0, 2.0], [2.0, 3.0]])
     with without("cholesky_on_cpu", "cholesky") as gap:
         if gap:
-            with pytest.raises(NotImplementedError, match="not implemented for TPU"):
+            with pytest.raises(RuntimeError, match="operator 'aten::linalg_cholesky_ex.*' is not implemented for TPU"):
                 torch.linalg.cholesky_ex(tpu(spd))
     factor, info = torch.linalg.cholesky_ex(tpu(spd))
     assert factor.device.type == "tpu" and info.item() == 0
@@ -62,10 +75,16 @@ def test_ctc_loss_runs_through_the_host_forward_and_backward():
     def loss(x: torch.Tensor, device: str) -> torch.Tensor:
         return F.ctc_loss(x.log_softmax(-1), targets.to(device), *(n.to(device) for n in lengths), reduction="sum")
 
-    with without("ctc_loss_on_cpu", "ctc_loss") as gap:
-        if gap:
-            with pytest.raises(RuntimeError, match="TorchTPU aborts the process here"):
-                loss(tpu(logits), "tpu")
+    aborts_without(
+        "ctc_loss_on_cpu",
+        "ctc_loss",
+        """
+        log_probs = torch.randn(10, 2, 6, device="tpu").log_softmax(-1)
+        targets = torch.randint(1, 6, (8,), device="tpu")
+        lengths = torch.full((2,), 10, device="tpu"), torch.full((2,), 4, device="tpu")
+        F.ctc_loss(log_probs, targets, *lengths, reduction="sum").cpu()
+        """,
+    )
     x = tpu(logits).requires_grad_()
     value = loss(x, "tpu")
     value.backward()
@@ -150,9 +169,13 @@ def test_multinomial_samples_the_distribution_and_rejects_bad_ones():
     share = torch.bincount(draws, minlength=3).float() / len(draws)
     assert share[0] == 0 and abs(share[2].item() - 0.8) < 0.02  # 0.8 +- 7 standard deviations
     assert torch.multinomial(probs, 2).sort().values.cpu().tolist() == [1, 2]
-    with pytest.raises(RuntimeError, match="invalid multinomial distribution"):
-        torch.multinomial(tpu(torch.tensor([0.0, -1.0])), 1)
-    with pytest.raises(RuntimeError, match="without replacement"):
+    if present("multinomial_unchecked")[0]:  # TorchTPU draws from a negative weight's distribution
+        assert torch.multinomial(tpu(torch.tensor([0.0, -1.0, 2.0])), 1).cpu().tolist() == [2]
+    else:
+        with pytest.raises(RuntimeError, match="invalid multinomial distribution"):
+            torch.multinomial(tpu(torch.tensor([0.0, -1.0])), 1)
+    # TorchTPU's words ("expected the number of samples to be <= 3 ... when replacement is disabled"), or CPU's
+    with pytest.raises(RuntimeError, match="when replacement is disabled|without replacement"):
         torch.multinomial(probs, 4)
 
 
@@ -201,10 +224,11 @@ def test_boolean_mask_after_a_slice_selects():
 
 def test_linear_interpolation_to_the_same_size():
     x = torch.randn(1, 4, 19)
-    with without("interpolate_same_size_is_a_copy", "interpolate_same_size") as gap:
-        if gap:
-            with pytest.raises(RuntimeError, match="TorchTPU aborts the process here"):
-                F.interpolate(tpu(x), size=19, mode="linear")
+    aborts_without(
+        "interpolate_same_size_is_a_copy",
+        "interpolate_same_size",
+        'F.interpolate(torch.randn(1, 4, 19, device="tpu"), size=19, mode="linear").cpu()',
+    )
     for kwargs in ({"size": 19}, {"scale_factor": 1.0}, {"size": 19, "align_corners": True}, {"size": 23}):
         out = F.interpolate(tpu(x), mode="linear", **kwargs)
         torch.testing.assert_close(out.cpu(), F.interpolate(x, mode="linear", **kwargs))
@@ -215,7 +239,7 @@ def test_record_stream_is_accepted():
     x = torch.ones(4, device="tpu")
     with without("record_stream_noop", "record_stream") as gap:
         if gap:
-            with pytest.raises(NotImplementedError, match="record_stream"):
+            with pytest.raises(RuntimeError, match="operator 'aten::record_stream' is not implemented for TPU"):
                 x.record_stream(torch.accelerator.current_stream())
     x.record_stream(torch.accelerator.current_stream())
 
@@ -240,3 +264,21 @@ def test_safetensors_loads_onto_the_chip():
         assert f.get_slice("w")[1:].device.type == "tpu"
     with safe_open(path, framework="pt", device="cpu") as f:  # other devices: untouched
         assert f.get_tensor("w").device.type == "cpu"
+
+
+def test_compiled_graphs_take_cpu_inputs_and_write_them_back():
+    def step(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        count.add_(1)  # a CPU counter the graph changes in place
+        return x + count.to(x.device)
+
+    with without("compiled_graphs_take_cpu_inputs", "cpu_tensor_into_compiled_graph") as gap:
+        if gap:
+            torch._dynamo.reset()
+            with pytest.raises(RuntimeError, match="failed to prepare compiled mode arguments.*got cpu"):
+                torch.compile(step, backend="tpu")(tpu(torch.ones(2)), torch.tensor(5))
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="tpu")
+    count = torch.tensor(5)
+    assert compiled(tpu(torch.ones(2)), count).cpu().tolist() == [7.0, 7.0] and count.item() == 6
+    assert compiled(tpu(torch.ones(2)), count).cpu().tolist() == [8.0, 8.0] and count.item() == 7
+    assert count.device.type == "cpu"

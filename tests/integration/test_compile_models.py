@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import hf_tpu
+from tests.conftest import TPU_NUMERICS
 
 pytestmark = pytest.mark.usefixtures(
     "float32_matmuls"
@@ -114,4 +115,5 @@ def test_qwen3_forward_error_is_what_tpu_precision_predicts(precision):
     )
     for (attention, _), error in errors.items():
         low, high = QWEN3_ERROR[precision][attention]
+        low = low if TPU_NUMERICS else 0.0  # XLA:CPU computes float32 exactly: only the chip's rounding has a floor
         assert low <= error <= high, (precision, attention, error)

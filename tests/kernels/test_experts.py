@@ -217,6 +217,7 @@ def test_forced_xla_implementation_matches(qwen3_moe_dir):
     torch.testing.assert_close(actual.cpu(), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.emulator_only("the emulator's path without JAX")
 def test_emulator_without_jax_uses_the_torch_path(qwen3_moe_dir):
     proc = run_python(
         f"""

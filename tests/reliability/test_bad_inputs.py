@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.conftest import child_env
+
 from .cases import CASES, Case
+
+pytestmark = pytest.mark.emulator_only(
+    "the catalogue's expected errors are the emulator's and hf-tpu's; TorchTPU answers several of them later, at "
+    "first use (it is lazy)"
+)
 
 HARNESS = """\
 import os, sys, tempfile
@@ -68,8 +75,7 @@ open(os.path.join(FAKE_TORCH_TPU, "torch_tpu", "__init__.py"), "w").close()
 
 
 def _env(case: Case) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}  # each case its own host
-    env["HF_TPU_EMULATE"] = "1"
+    env = child_env()  # each case its own emulated host (or, on the real wheel's run, TorchTPU on XLA:CPU)
     env["PYTHONWARNINGS"] = "default"
     for key, value in case.env.items():
         if value is None:

@@ -12,6 +12,8 @@ import pytest
 from hf_tpu.emulator import _build
 from tests.conftest import run_python
 
+pytestmark = pytest.mark.emulator_only("the emulator core's build cache")
+
 
 def test_each_environment_has_its_own_core(monkeypatch):
     here = _build.environment_key()

@@ -71,6 +71,7 @@ def test_tp_equals_one_chip(models_dir, n):
     assert_ok(proc, n, *OKS, *extra)
 
 
+@pytest.mark.emulator_only("an emulated chip's HBM limit (HF_TPU_EMULATOR_HBM)")
 def test_too_large_model_fails_on_one_chip_with_oom(models_dir):
     """The other half of the story: the same model and HBM on one chip raise the chip's OOM error."""
     code = f"""

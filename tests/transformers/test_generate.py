@@ -1,4 +1,4 @@
-"""generate() on the emulated TPU: CPU's tokens, compiled decoding without recompiles (G11), bucketing.
+"""generate() on the TPU: CPU's tokens, compiled decoding without recompiles (G11), bucketing, a user-compiled forward.
 
 Token-for-token equality with CPU needs float32 matmuls (precision "highest"): at TorchTPU's default a
 tiny random model's near-tied logits flip under bfloat16 rounding, on a chip as here.
@@ -12,6 +12,7 @@ import transformers
 
 import hf_tpu
 from hf_tpu.transformers import pad_to_bucket
+from tests.gaps.test_workarounds import without
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
@@ -43,8 +44,15 @@ def test_greedy_matches_cpu_and_seeded_sampling_is_reproducible(models):
     assert all(0 <= token < 128 for row in runs[0] for token in row)
 
 
-def test_static_cache_compiles_once_across_steps_and_calls(models):
-    cpu, tpu = models
+def fresh(qwen3_dir) -> transformers.PreTrainedModel:
+    """A model whose generate() compiled nothing yet (transformers keeps a static cache's length per model)."""
+    torch._dynamo.reset()
+    return transformers.AutoModelForCausalLM.from_pretrained(qwen3_dir, device_map="tpu")
+
+
+def test_static_cache_compiles_once_across_steps_and_calls(models, qwen3_dir):
+    cpu, _ = models
+    tpu = fresh(qwen3_dir)
     ids = prompt(9)
     kwargs = dict(max_new_tokens=12, do_sample=False, cache_implementation="static")
     with hf_tpu.watch_compiles() as warm_up:
@@ -95,3 +103,30 @@ def test_bucketing_reuses_the_graph_and_keeps_tokens(models, qwen3_dir):
 def test_pad_to_bucket_errors_name_the_fix():
     with pytest.raises(ValueError, match="exceeds the largest bucket 16.*buckets="):
         pad_to_bucket(torch.ones(1, 20, dtype=torch.long), buckets=(8, 16))
+
+
+def test_user_compiled_forward_with_a_static_cache(models):
+    # A user compiles model.forward and decodes with a StaticCache built off the chip: the compiled prefill sets the
+    # cache up, so the cache's CPU cumulative_length enters the graph (gap cpu_tensor_into_compiled_graph: TorchTPU
+    # refuses it; hf-tpu's compiled_graphs_take_cpu_inputs moves it to the chip).
+    cpu, tpu = models
+    ids = prompt(6, batch=1)
+
+    def decode(forward, model, device: str) -> list[int]:
+        cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+        logits = forward(input_ids=ids.to(device), past_key_values=cache, use_cache=True).logits
+        tokens = [int(logits[0, -1].argmax())]
+        for _ in range(3):
+            step = torch.tensor([[tokens[-1]]], device=device)
+            tokens.append(int(forward(input_ids=step, past_key_values=cache, use_cache=True).logits[0, -1].argmax()))
+        return tokens
+
+    expected = decode(cpu.forward, cpu, "cpu")
+    compiled = torch.compile(tpu.forward, backend="tpu", fullgraph=True, dynamic=False)
+    with without("compiled_graphs_take_cpu_inputs", "cpu_tensor_into_compiled_graph") as gap:
+        if gap:
+            torch._dynamo.reset()
+            with pytest.raises(RuntimeError, match="expected tensor to be on tpu, got cpu"):
+                decode(compiled, tpu, "tpu")
+    torch._dynamo.reset()
+    assert decode(compiled, tpu, "tpu") == expected

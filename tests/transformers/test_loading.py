@@ -12,6 +12,7 @@ import hf_tpu.emulator._build as build
 from tests.conftest import run_python, wait_for_device_memory
 
 
+@pytest.mark.emulator_only("the emulator core's allocation log")
 def test_no_allocation_larger_than_the_largest_weight(qwen3_dir):
     core = build.load()
     core.take_largest_allocation()
@@ -39,6 +40,7 @@ def test_failed_loads_raise_and_return_device_memory(qwen3_dir, tmp_path):
     assert wait_for_device_memory(baseline) == 0
 
 
+@pytest.mark.emulator_only("an emulated chip's HBM limit (HF_TPU_EMULATOR_HBM)")
 def test_model_larger_than_hbm_fails_with_oom_and_frees_everything(qwen3_dir):
     code = f"""
         import gc, torch, transformers

@@ -40,8 +40,11 @@ const std::string& base_name(const c10::OperatorHandle& op) {
 }
 
 [[noreturn]] void not_implemented(const c10::OperatorHandle& op) {
-  // TorchTPU's boxed fallback for ops it has no kernel for (reference §6).
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "'", base_name(op), "' is not implemented for TPU. Please file a feature request.");
+  // TorchTPU's boxed fallback for ops it has no kernel for: a RuntimeError, in its words (the real wheel, run on
+  // XLA:CPU: "operator 'aten::linalg_cholesky_ex.L' is not implemented for TPU. Please file a feature request").
+  const auto& name = op.operator_name();
+  TORCH_CHECK(false, "operator '", name.name, name.overload_name.empty() ? "" : ".", name.overload_name,
+              "' is not implemented for TPU. Please file a feature request");
 }
 
 bool is_bool_mask(const at::Tensor& t) {

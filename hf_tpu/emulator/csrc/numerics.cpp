@@ -277,6 +277,45 @@ void convolution_backward_before(const c10::OperatorHandle& /*op*/, torch::jit::
   }
 }
 
+// ---- determinism ---------------------------------------------------------
+// A chip runs one XLA program the same way every time; CPU's index_put_ with accumulate=True adds float values
+// with atomics from several threads (torch's cpu_atomic_add_float), so equal indices sum in a different order on
+// every run. Run it as torch runs it under deterministic algorithms (sorted, sequential accumulation). The flag is
+// torch's global (at::Context has no thread-local one): set for this kernel's duration, restored after.
+struct DeterministicScope {
+  bool was, warn_only, fill;
+  DeterministicScope() {
+    auto& ctx = at::globalContext();
+    was = ctx.deterministicAlgorithms();
+    warn_only = ctx.deterministicAlgorithmsWarnOnly();
+    fill = ctx.deterministicFillUninitializedMemory();
+    ctx.setDeterministicFillUninitializedMemory(false);
+    ctx.setDeterministicAlgorithms(true, /*warn_only=*/true);
+  }
+  ~DeterministicScope() {
+    auto& ctx = at::globalContext();
+    ctx.setDeterministicAlgorithms(was, warn_only);
+    ctx.setDeterministicFillUninitializedMemory(fill);
+  }
+};
+
+bool accumulate_deterministically(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin) {
+  const auto& args = op.schema().arguments();
+  bool accumulate = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].name() == "accumulate") {
+      accumulate = (*stack)[begin + i].toBool();
+    }
+  }
+  if (!accumulate || at::globalContext().deterministicAlgorithms()) {
+    return false;  // the plain CPU kernel
+  }
+  DeterministicScope scope;
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  return true;
+}
+
+const OpRule kDeterministicAccumulateRule{nullptr, nullptr, &accumulate_deterministically};
 const OpRule kMatmulRule{&matmul_before, nullptr};
 const OpRule kConvolutionRule{&convolution_before, nullptr};
 const OpRule kConvolutionBackwardRule{&convolution_backward_before, nullptr};
@@ -355,6 +394,12 @@ const std::unordered_map<std::string, torch::CppFunction (*)()>& rule_kernels() 
        [] { return torch::CppFunction::makeFromBoxedFunction<&attention_kernel>(); }},
       {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
        [] { return torch::CppFunction::makeFromBoxedFunction<&attention_backward_kernel>(); }},
+      {"aten::_index_put_impl_",
+       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kDeterministicAccumulateRule>>(); }},
+      {"aten::index_put_",
+       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kDeterministicAccumulateRule>>(); }},
+      {"aten::index_put",
+       [] { return torch::CppFunction::makeFromBoxedFunction<&kernel<&kDeterministicAccumulateRule>>(); }},
   };
   return rules;
 }

@@ -29,6 +29,9 @@ std::atomic<int> g_reported{1};
 thread_local c10::DeviceIndex t_current_device = 0;
 
 void check_bound(c10::DeviceIndex index) {
+  const int usable = g_usable.load();
+  TORCH_CHECK(index < usable, "Device index ", static_cast<int>(index),
+              " is out of bounds of the number of addressable devices ", usable);  // TorchTPU's words
   TORCH_CHECK_VALUE(
       index <= 0, "Cannot set TPU device to index ", static_cast<int>(index),
       ", current process is bound to device index 0. Changing the active TPU device within a process is not "
@@ -340,13 +343,13 @@ c10::DeviceIndex checked_device_index(c10::DeviceIndex index) {
         << " of the host's " << reported
         << " chip(s) (TPU_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), but device_count() still reports " << reported
         << " (TorchTPU gap 'visible_devices'). Use tpu:0..tpu:" << usable - 1 << ".";
-  } else if (usable == 1) {
-    why << "Invalid device tpu:" << static_cast<int>(index)
+  } else if (usable == 1) {  // TorchTPU's words first, then what to do
+    why << "Device index " << static_cast<int>(index) << " is out of bounds of the number of addressable devices 1"
         << ": this process has one TPU chip, tpu:0 (a torchrun rank sees only its own chip; launch one process per "
            "chip with `hf-tpu launch -n N`, or emulate a larger host with HF_TPU_EMULATOR_CHIPS).";
   } else {
-    why << "Invalid device tpu:" << static_cast<int>(index) << ": this process has " << usable
-        << " TPU chips, tpu:0..tpu:" << usable - 1 << ".";
+    why << "Device index " << static_cast<int>(index) << " is out of bounds of the number of addressable devices "
+        << usable << ": this process has " << usable << " TPU chips, tpu:0..tpu:" << usable - 1 << ".";
   }
   TORCH_CHECK(false, why.str());
   return 0;  // unreachable

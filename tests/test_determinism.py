@@ -1,0 +1,48 @@
+"""Same program, same inputs, same numbers: a chip runs one XLA program the same way every time, and so must the
+TPU here. Each workload runs in two fresh processes, the first with an empty compile cache and the second with the
+cache the first left (cold, then warm); every loss, weight, token, logit and latent must be bit-identical.
+
+What is guaranteed: bit-identical results for the same program and inputs on the same machine with the same number
+of threads (torch.get_num_threads()); with another thread count, CPU kernels split their reductions differently and
+results may differ in the last bits (a chip's do not depend on the host's threads).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import child_env
+
+WORKER = Path(__file__).with_name("determinism_worker.py")
+WORKLOADS = ("train_compiled", "train_eager", "generate", "denoise")
+
+
+def digest(workload: str, cache: Path) -> str:
+    env = child_env(TORCHINDUCTOR_CACHE_DIR=str(cache), PYTHONPATH=str(WORKER.parents[1]))
+    proc = subprocess.run([sys.executable, str(WORKER), workload], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("DIGEST"))
+
+
+@pytest.fixture(scope="module")
+def digests(tmp_path_factory):
+    """Every workload cold (an empty compile cache: every graph compiles), then warm (the cache the first run left);
+    the workloads side by side, one per core."""
+    caches = {w: tmp_path_factory.mktemp(w) / "inductor" for w in WORKLOADS}
+    with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 1)) as pool:
+        cold = {w: pool.submit(digest, w, caches[w]) for w in WORKLOADS}
+        cold = {w: f.result() for w, f in cold.items()}
+        warm = {w: pool.submit(digest, w, caches[w]) for w in WORKLOADS}
+        return {w: (cold[w], f.result()) for w, f in warm.items()}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_two_processes_cold_then_warm_compute_the_same_bits(workload, digests):
+    cold, warm = digests[workload]
+    assert cold == warm, f"{workload}: {cold} != {warm}"
