@@ -13,6 +13,7 @@ from . import _hooks
 
 if TYPE_CHECKING:
     from .collectives import CollectiveCounts, count_collectives
+    from .compilations import Compilations, count_compilations
     from .recompiles import (
         CompileReport,
         GraphCompile,
@@ -21,20 +22,33 @@ if TYPE_CHECKING:
         strict_recompile,
         watch_compiles,
     )
+    from .warmup import WarmUp, warm_up_generate, warm_up_pipeline
 
 _LAZY = {"CompileReport", "GraphCompile", "RecompileError", "compile_report", "strict_recompile", "watch_compiles"}
 _LAZY_COLLECTIVES = {"CollectiveCounts", "count_collectives"}
+_LAZY_OTHERS = {
+    "Compilations": "compilations",
+    "count_compilations": "compilations",
+    "WarmUp": "warmup",
+    "warm_up_generate": "warmup",
+    "warm_up_pipeline": "warmup",
+}
 
 __all__ = [
     "CollectiveCounts",
     "CompileReport",
+    "Compilations",
     "GraphCompile",
     "RecompileError",
     "__version__",
     "backend",
+    "WarmUp",
     "compile_report",
     "count_collectives",
+    "count_compilations",
     "strict_recompile",
+    "warm_up_generate",
+    "warm_up_pipeline",
     "watch_compiles",
 ]
 
@@ -49,6 +63,10 @@ def __getattr__(name: str) -> Any:
         from . import collectives
 
         return getattr(collectives, name)
+    if name in _LAZY_OTHERS:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY_OTHERS[name]}", __name__), name)
     raise AttributeError(f"module 'hf_tpu' has no attribute {name!r}")
 
 

@@ -28,6 +28,7 @@ def install_integrations() -> None:
         from .workarounds import xla_cpu_limits
 
         xla_cpu_limits.install()
+    _use_compile_cache()
     hint = fixes.Fix(
         "xla_device_names_tpu",
         "torch_xla habits",
@@ -44,6 +45,17 @@ def install_integrations() -> None:
         from ._import_hooks import when_imported
 
         when_imported("torch._dynamo", _watch_recompiles)
+
+
+def _use_compile_cache() -> None:
+    """TorchTPU's persistent compilation cache under hf-tpu's cache directory (a chip or XLA:CPU; the emulator sets
+    up its own), before the first compilation reads the variable."""
+    from . import compile_cache
+    from ._backend import backend
+
+    kind = backend()
+    if kind in ("tpu", "xla_cpu"):
+        compile_cache.use_torch_tpu_cache(kind)
 
 
 def _watch_recompiles(_module: object) -> None:

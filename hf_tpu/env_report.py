@@ -111,9 +111,10 @@ def collect() -> dict[str, Any]:
         report["emulator_core_cache"] = _core_cache()
     except Exception as err:  # noqa: BLE001
         report["emulator_core_cache"] = {"error": f"{type(err).__name__}: {err}"}
-    from . import fixes
+    from . import compile_cache, fixes
 
-    report["fixes"] = [{k: row[k] for k in ("name", "kind", "gap", "state")} for row in fixes.report()]
+    report["compile_caches"] = compile_cache.describe()
+    report["fixes"] = [{k: row[k] for k in ("name", "kind", "gap", "state", "off")} for row in fixes.report()]
     backend = report["device"].get("backend")
     if _version("torch-tpu") != "not installed" and not report["chips_on_pci_bus"] and backend != "xla_cpu":
         report["note"] = (
@@ -140,9 +141,13 @@ def format_text(report: dict[str, Any]) -> str:
         lines.append(f"  emulator {key}: {shown}")
     cache = report["emulator_core_cache"]
     lines += ["", "emulator core cache:"] + [f"  {k}: {v}" for k, v in cache.items()]
+    lines += ["", "compile caches (a second process compiles nothing they hold):"]
+    lines += [f"  {k}: {v}" for k, v in report["compile_caches"].items()]
     lines += ["", "settings:"] + ([f"  {k}={v}" for k, v in report["settings"].items()] or ["  (none set)"])
-    lines += ["", "fixes (patches and workarounds):"]
-    lines += [f"  {f['name']:<42} {f['kind']:<13} {f['gap']:<30} {f['state']}" for f in report["fixes"]]
+    lines += ["", "fixes (patches, workarounds and TPU defaults):"]
+    for f in report["fixes"]:
+        off = f"  (off: {f['off']})" if f["off"] else ""
+        lines.append(f"  {f['name']:<42} {f['kind']:<13} {f['gap']:<30} {f['state']}{off}")
     if "note" in report:
         lines += ["", f"note: {report['note']}"]
     return "\n".join(lines)

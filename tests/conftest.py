@@ -32,6 +32,9 @@ for _name in [k for k in os.environ if k.startswith("HF_TPU_EMULATOR_")] + [
     "TPU_VISIBLE_CHIPS",
 ]:
     os.environ.pop(_name, None)
+# Compile counts are checked from a cold cache: no persistent compile cache in the tests' processes (and their
+# children) but where a test turns it on to test it (tests/test_compile_cache.py).
+os.environ["HF_TPU_COMPILE_CACHE"] = "0"
 
 from hf_tpu._env import flag  # noqa: E402
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _build, gaps, numerics
+from . import _build, gaps, graph_cache, numerics
 
 
 @dataclass
@@ -156,13 +156,18 @@ class _CompiledGraph:
         def build() -> Callable[..., Any]:
             # A fresh thread: none of the caller's AOTAutograd runtime state (TLS dispatch
             # keys and modes) leaks into Inductor's own tracing of the CPU graph.
-            with torch.no_grad(), _deterministic():
+            with torch.no_grad(), _deterministic(), graph_cache.cacheable():
                 return torch._inductor.compile(cpu_gm, cpu_args)
 
+        from torch._dynamo.utils import counters
+
+        hits = counters["inductor"]["fxgraph_cache_hit"]
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-tpu-compile") as pool:
             compiled = pool.submit(build).result()
         self.entry["compilation_duration"] = time.perf_counter() - start
-        _stats.num_compilations += 1
+        # As TorchTPU's persistent cache: a graph loaded from Inductor's on-disk cache was not compiled again.
+        if counters["inductor"]["fxgraph_cache_hit"] == hits:
+            _stats.num_compilations += 1
         return compiled
 
     def __call__(self, args: list[Any]) -> list[Any]:
@@ -462,6 +467,7 @@ def install() -> None:
     """
     from .._import_hooks import when_imported
 
+    graph_cache.install()
     when_imported("torch._dynamo", _register_with_dynamo)
     if getattr(torch.compile, "_hf_tpu_patched", False):
         return

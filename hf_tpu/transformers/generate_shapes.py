@@ -12,7 +12,7 @@ cache, hf-tpu:
   least one pad column, so every request takes the same masked-attention path) and strips that padding from the
   result: the same tokens as upstream, since the mask hides the pad and positions follow the mask.
 
-Once every bucket met has run (``hf_tpu.warm_up``), a request of a new length compiles nothing. Off with
+Once every bucket met has run (``hf_tpu.warm_up_generate``), a request of a new length compiles nothing. Off with
 ``HF_TPU_GENERATE_BUCKETS=0``; a caller who passes ``cache_implementation`` or ``past_key_values`` gets upstream's
 behaviour. Padding is left out (the static cache stays) wherever it could change a result: processors that read
 the prompt's tokens (repetition penalty, n-gram blocking, ...), user logits processors, stopping criteria,

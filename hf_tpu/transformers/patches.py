@@ -232,6 +232,23 @@ def generate_at_fixed_shapes(module: ModuleType) -> Callable[[], None]:
     return undo
 
 
+# ---- TPU default: Trainer batches at bucketed shapes ---------------------------------------------
+def trainer_batches_at_fixed_shapes(module: ModuleType) -> Callable[[], None]:
+    """Trainer on tpu pads each batch's sequence length to a power of two and the last training batch's rows to
+    the batch size (mask 0 / label -100): the same losses, and no compilation for a new length once its bucket
+    ran (see hf_tpu.transformers.train_shapes)."""
+    from .train_shapes import wrap_get_dataloader
+
+    cls = module.Trainer
+    original = cls._get_dataloader
+    cls._get_dataloader = wrap_get_dataloader(original)
+
+    def undo() -> None:
+        cls._get_dataloader = original
+
+    return undo
+
+
 PATCHES: tuple[Fix, ...] = (
     Fix.patch("G2", "transformers.integrations.accelerate", max_memory_tpu_keys),
     Fix.patch("G1", "transformers.modeling_utils", auto_offload_report),
@@ -242,6 +259,7 @@ PATCHES: tuple[Fix, ...] = (
     Fix.patch("P1", "transformers.pipelines.base", pipeline_default_device),
     Fix.patch("P2", "transformers.cli.system", environment_names_the_tpu),
     Fix.default("transformers.generation.utils", generate_at_fixed_shapes, off="HF_TPU_GENERATE_BUCKETS=0"),
+    Fix.default("transformers.trainer", trainer_batches_at_fixed_shapes, off="HF_TPU_TRAIN_BUCKETS=0"),
 )
 
 

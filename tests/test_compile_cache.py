@@ -1,0 +1,69 @@
+"""Compiled programs outlive the process: a second process running the same code compiles nothing new.
+
+On TorchTPU (a chip, or the real wheel here with ``make xla-cpu``) hf-tpu points the persistent tier-3 cache at
+``$HF_TPU_CACHE/torch_tpu/<platform>``; on the emulator, Inductor's caches go to ``$HF_TPU_CACHE/inductor`` and the
+emulator compiles its graphs so that Inductor's FX-graph cache serves them (it bypassed them before: "No shape
+env"). ``HF_TPU_COMPILE_CACHE=0`` leaves the caches alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hf_tpu._cache import cache_root
+from tests.conftest import XLA_CPU, child_env
+
+CODE = """
+import os
+import torch
+import hf_tpu
+
+f = torch.compile(lambda x: torch.tanh(x @ x.T) * 3 + 1, backend="tpu", fullgraph=True)
+with hf_tpu.count_compilations() as paid:
+    y = f(torch.arange(64.0).reshape(8, 8).to("tpu") / 64)
+    total = float((y * 2).sum().cpu())
+caches = os.environ.get("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT") or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+print("PAID", paid.compilations, round(total, 4), caches)
+"""
+
+
+def run_twice(tmp_path: Path, **env: str) -> list[tuple[int, str, str]]:
+    """Two fresh processes sharing an ``HF_TPU_CACHE`` that holds no compiled program (its built parts linked in:
+    the emulator's core, the PJRT shim)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for part in ("emulator", "xla_cpu"):
+        if (cache_root() / part).exists():
+            (cache / part).symlink_to(cache_root() / part)
+    results = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", CODE],
+            env=child_env(HF_TPU_CACHE=str(cache), **env),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("PAID")), None)
+        assert line is not None, proc.stderr[-3000:]
+        _, paid, total, where = line.split(" ", 3)
+        results.append((int(paid), total, where))
+    return results
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    (first, first_total, where), (second, second_total, _) = run_twice(tmp_path, HF_TPU_COMPILE_CACHE="1")
+    assert first >= 1 and second == 0, (first, second)
+    assert first_total == second_total
+    expected = tmp_path / "cache" / ("torch_tpu/xla_cpu" if XLA_CPU else "inductor")
+    assert Path(where) == expected and any(expected.rglob("*"))
+
+
+@pytest.mark.skipif(not XLA_CPU, reason="the emulator's off switch leaves Inductor's own (default) cache in use")
+def test_off_switch_leaves_torch_tpu_without_a_persistent_cache(tmp_path):
+    (first, _, where), (second, _, _) = run_twice(tmp_path, HF_TPU_COMPILE_CACHE="0")
+    assert first >= 1 and second == first and where == "None"
