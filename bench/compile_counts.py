@@ -270,6 +270,22 @@ def main() -> None:
                     print(f"{workload:<12} {backend:<9} {setting:<9} {record['warmup_compilations']:>9} "
                           f"{record['after_warmup_compilations']:>7} {record['second_process_compilations']:>9} "
                           f"{record['compile_seconds']:>10.1f} {time.perf_counter() - start:>7.0f}", flush=True)  # fmt: skip
+    if not args.json:
+        _side_by_side(records)
+
+
+def _side_by_side(records: list[dict]) -> None:
+    """The emulator's counts beside the real wheel's, for each cell both backends ran."""
+    cells = {(r["workload"], r["setting"], r["backend"]): r for r in records}
+    pairs = [(w, s) for (w, s, b) in cells if b == "xla_cpu" and (w, s, "emulator") in cells]
+    if not pairs:
+        return
+    print("\nemulator / real wheel (XLA compilations):")
+    for workload, setting in pairs:
+        real, emu = cells[(workload, setting, "xla_cpu")], cells[(workload, setting, "emulator")]
+        row = [f"{key.split('_')[0]} {emu[key]}/{real[key]}" for key in
+               ("warmup_compilations", "after_warmup_compilations", "second_process_compilations")]  # fmt: skip
+        print(f"  {workload:<12} {setting:<9} " + ", ".join(row))
 
 
 if __name__ == "__main__":

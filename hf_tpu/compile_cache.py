@@ -10,7 +10,8 @@
 - **The emulator** compiles its graphs with Inductor, whose FX-graph and AOTAutograd caches live on disk and are
   keyed by the graph (the emulator's numerics are rewritten into it), torch's version and Inductor's config; hf-tpu
   puts them under ``$HF_TPU_CACHE/inductor`` when ``TORCHINDUCTOR_CACHE_DIR`` is unset (see
-  ``hf_tpu.emulator.graph_cache``).
+  ``hf_tpu.emulator.graph_cache``); the keys of its modelled eager executables go to
+  ``$HF_TPU_CACHE/emulator_executables`` (``hf_tpu.emulator.executables``).
 
 ``HF_TPU_COMPILE_CACHE=0`` leaves every cache setting to the user. ``hf-tpu env`` shows the directories, their
 size and how to clear them (delete the directory; nothing else refers to it).
@@ -42,6 +43,10 @@ def torch_tpu_dir(platform: str) -> Path:
 
 def inductor_dir() -> Path:
     return cache_root() / "inductor"
+
+
+def emulator_executables_dir() -> Path:
+    return cache_root() / "emulator_executables"
 
 
 def use_torch_tpu_cache(platform: str) -> Path | None:
@@ -86,6 +91,7 @@ def describe() -> dict[str, str]:
         "torch_tpu tier 3": os.environ.get(TIER3),
         "torch_tpu tier 2": os.environ.get(TIER2) and f"/dev/shm/torch_tpu_cache/{os.environ[TIER2]}",
         "inductor (emulator graphs)": os.environ.get(INDUCTOR),
+        "emulator eager executables": str(emulator_executables_dir()) if emulator_executables_dir().is_dir() else None,
     }
     for label, place in places.items():
         if not place:

@@ -117,9 +117,13 @@ def float32_matmuls():
     import torch
 
     previous = torch.get_float32_matmul_precision()
+    # Dynamo does not guard on the matmul precision: a graph compiled under another one (an earlier test's
+    # generate() auto-compiling its static-cache decode step) would be reused with its rounding baked in.
+    torch._dynamo.reset()
     torch.set_float32_matmul_precision("highest")
     yield
     torch.set_float32_matmul_precision(previous)
+    torch._dynamo.reset()
 
 
 @pytest.fixture

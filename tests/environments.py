@@ -38,7 +38,7 @@ def directory(name: str) -> Path:
     from hf_tpu._cache import cache_root
 
     spec = SPECS[name]
-    h = hashlib.sha256(f"{name} {TORCH} {sys.version} {spec}".encode())
+    h = hashlib.sha256(f"{name} {TORCH} {sys.version} {spec} {ROOT}".encode())  # editable: one per checkout
     for file in ("pyproject.toml", "setup.py", spec["constraints"], "hf_tpu_xla_cpu.pth"):
         h.update((ROOT / file).read_bytes())
     return cache_root() / "environments" / f"{name}-py{sys.version_info[0]}{sys.version_info[1]}-{h.hexdigest()[:12]}"

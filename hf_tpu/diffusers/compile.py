@@ -64,7 +64,8 @@ def warm_up(
 
     Graphs depend on batch, height and width (and on call arguments that change shapes, such as
     a negative prompt or ``guidance_scale`` turning classifier-free guidance on or off), not on
-    the number of steps: warm up once per size you serve, with the arguments you serve with.
+    the number of steps; the scheduler's eager steps do (on TorchTPU each is an executable per
+    shape): ``hf_tpu.warm_up_pipeline`` warms several sizes and step counts in one call.
     Returns the report of what compiled.
     """
     with watch_compiles() as report:

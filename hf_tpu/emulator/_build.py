@@ -37,6 +37,7 @@ _SOURCES = (
     "unboxed_ops.cpp",
     "numerics.cpp",
     "attention.cpp",
+    "executables.cpp",
     "bindings.cpp",
 )
 _CFLAGS = ("-O2", "-fvisibility=hidden")

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from . import _build, compile, distributed, flex_attention, gaps, numerics
+from . import _build, compile, distributed, executables, flex_attention, gaps, numerics
 from .device_module import build_module
 from .generations import Generation
 from .host_model import Host
@@ -34,6 +34,7 @@ def install(generation: Generation, capacity: int, host: Host) -> None:
     numerics.install(enabled=host.profile == "torch_tpu")
     gaps.install(host)
     compile.install()
+    executables.install()
     flex_attention.install()  # as TorchTPU's import: flex_attention on tpu tensors runs as masked SDPA
     distributed.register()
     _rebind_forked_children(core, module, generation, host.profile)

@@ -44,14 +44,29 @@ _lock = threading.Lock()  # guards the graph cache and its stats; nothing under 
 
 
 def cache_stats() -> PerfStats:
-    return _stats
+    """Compiled graphs (``_stats``) and eager executables (the core's model, ``executables``) together, as
+    TorchTPU's one executable cache counts them."""
+    from . import executables
+
+    requests, hits, persisted_hits, compilations = executables.stats()
+    with _lock:
+        return PerfStats(
+            num_cache_reqs=_stats.num_cache_reqs + requests,
+            num_cache_hits=_stats.num_cache_hits + hits + persisted_hits,
+            num_compilations=_stats.num_compilations + compilations,
+            peak_compilation_host_memory_bytes=_stats.peak_compilation_host_memory_bytes,
+            per_entry_stats=list(_stats.per_entry_stats),
+        )
 
 
 def clear_cache() -> None:
     global _stats
+    from . import executables
+
     with _lock:
         _cache.clear()
         _stats = PerfStats()
+    executables.clear()
 
 
 @contextlib.contextmanager

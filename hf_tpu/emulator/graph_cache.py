@@ -47,12 +47,22 @@ def _inductor_default() -> str:
 
 @contextlib.contextmanager
 def cacheable() -> Iterator[None]:
-    """A tracing context with a static shape environment around Inductor's compile of a CPU graph: Inductor's
-    FX-graph cache serves only graphs compiled under one."""
+    """Around Inductor's compile of a CPU graph: a tracing context with a static shape environment (Inductor's
+    FX-graph cache serves only graphs compiled under one), or, with ``HF_TPU_COMPILE_CACHE=0``, Inductor's on-disk
+    caches off for it, so that every process compiles its graphs, as TorchTPU without its persistent cache."""
+    import torch._functorch.config
+    import torch._inductor.config
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+    if not compile_cache.enabled():
+        with (
+            torch._inductor.config.patch(fx_graph_cache=False),
+            torch._functorch.config.patch(enable_autograd_cache=False),
+        ):
+            yield
+        return
     with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
         yield
 

@@ -8,6 +8,7 @@ import torch
 import transformers
 
 import hf_tpu
+from hf_tpu.transformers.generate_shapes import bucket
 
 IMPL = "tokamax_ragged_dot"
 
@@ -44,10 +45,11 @@ def implementations_seen(model, ids, **kwargs) -> set[tuple[str, int]]:
 def test_decode_keeps_the_custom_implementation(models, qwen3_moe_dir):
     _, tpu = models
     ids = prompt(5).to("tpu")
-    assert implementations_seen(tpu, ids) == {(IMPL, 10), (IMPL, 2)}  # prefill 2x5 tokens, decode 2x1
+    prefill = 2 * bucket(5)  # generate() on "tpu" pads the 5-token prompt to its bucket (hf_tpu generate_shapes)
+    assert implementations_seen(tpu, ids) == {(IMPL, prefill), (IMPL, 2)}  # prefill 2 rows, decode 2x1
     # The default, for contrast: transformers decodes with batched_mm on any non-CPU device.
     default = transformers.AutoModelForCausalLM.from_pretrained(qwen3_moe_dir, device_map="tpu")
-    assert implementations_seen(default, ids) == {("grouped_mm", 10), ("batched_mm", 2)}
+    assert implementations_seen(default, ids) == {("grouped_mm", prefill), ("batched_mm", 2)}
 
 
 def test_compiled_static_decode_has_no_recompiles(models):

@@ -172,6 +172,7 @@ def train_losses(tmp_path, steps: int, compile_backend: str | None = None) -> tu
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=steps, report_to=[], save_strategy="no",
         logging_steps=1, learning_rate=1e-3, disable_tqdm=True, dataloader_num_workers=0,
+        dataloader_pin_memory=False,  # XLA:CPU's plugin has no pinned host memory; a chip has, and it is not the point
         torch_compile=compile_backend is not None, torch_compile_backend=compile_backend,
     )  # fmt: skip
     model = tiny_qwen3().train()

@@ -138,6 +138,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return out;
   });
+  m.def("executable_stats", [] {
+    const ExecutableStats s = executable_stats();
+    return py::make_tuple(s.requests, s.hits, s.persisted_hits, s.compilations);
+  }, "(requests, hits, persisted hits, compilations) of the eager executable model.");
+  m.def("clear_executables", &clear_executables, "Forget the eager executables compiled (the persisted keys stay).");
+  m.def("executable_keys", &executable_keys, "The keys of the eager executables this process has.");
+  m.def("add_persisted_executables", &add_persisted_executables, py::arg("keys"),
+        "Keys a previous process saved: meeting one is a hit, not a compilation.");
+  m.def("set_executable_model", &set_executable_model, py::arg("enabled"));
+  m.def("executable_log", &executable_log, py::arg("keep_logging"),
+        "The op of each eager compilation since the last call; keep_logging turns the log on or off.");
   m.def("release_deferred_storages", &release_deferred_storages,
         "Free the storages other threads left for the main thread (their deleters may need the GIL).");
   m.def("set_tracker", [](py::object fn) {

@@ -45,6 +45,40 @@ c10::DeviceIndex op_device(const c10::FunctionSchema& schema, const torch::jit::
   return current_device();
 }
 
+bool is_scalar_argument(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() == c10::TypeKind::NumberType) {
+    return true;
+  }
+  return type->kind() == c10::TypeKind::OptionalType &&
+         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::NumberType;
+}
+
+// The executable TorchTPU would run for this call (0: none, a transfer between host and chip).
+uint64_t executable_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t begin, size_t n) {
+  const auto& name = op.operator_name();
+  KeyHasher h;
+  h.mix(std::hash<std::string>{}(name.name) ^ (std::hash<std::string>{}(name.overload_name) << 1));
+  bool on_host = false;
+  bool on_chip = false;
+  const auto& arguments = op.schema().arguments();
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& iv = stack[begin + i];
+    if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().dim() > 0) {
+      (iv.toTensor().device().type() == kTpu ? on_chip : on_host) = true;
+    }
+    if (is_scalar_argument(arguments[i]) && (iv.isInt() || iv.isDouble() || iv.isBool())) {
+      h.mix(iv.toScalar());  // a Scalar: its kind, not its value (a Python int arrives as an int)
+    } else {
+      h.mix(iv);
+    }
+  }
+  if (name.name == "aten::copy_" && on_host && on_chip) {
+    return 0;
+  }
+  return h.value == 0 ? 1 : h.value;
+}
+
 }  // namespace
 
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const OpRule* rule) {
@@ -55,6 +89,8 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
   const c10::DeviceIndex device = op_device(schema, *stack, begin);
   // copy_ is the one op that moves data between chips.
   const bool cross_device_ok = op.operator_name().name == "aten::copy_";
+
+  const uint64_t executable = executable_key(op, *stack, begin, num_args);
 
   // Ops that write an argument (in place, out=) may resize it.
   AliasMap aliases(device, /*resizable=*/schema.is_mutable());
@@ -140,6 +176,9 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const O
   }
 
   check_gaps_before(op, stack, begin);
+  if (executable != 0 && (saw_tpu || saw_tpu_device_arg)) {
+    record_executable(executable, op.operator_name().name);
+  }
   if (rule != nullptr && rule->before != nullptr) {
     rule->before(op, stack, begin, device_args);
   }

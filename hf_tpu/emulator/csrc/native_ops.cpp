@@ -157,6 +157,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
               dst.device());
   at::Tensor src_cpu = src_tpu ? cpu_alias(self) : self;
   at::Tensor dst_cpu = dst_tpu ? cpu_alias(dst) : dst;
+  if (src_tpu && dst_tpu && self.scalar_type() != dst.scalar_type()) {
+    // A conversion on the chip is an executable (a copy between buffers of one dtype is not).
+    KeyHasher key;
+    key.mix(uint64_t{0xc0417e});
+    key.mix(self);
+    key.mix(uint64_t{static_cast<uint64_t>(dst.scalar_type())});
+    record_executable(key.value, "aten::_to_copy");
+  }
   dst_cpu.copy_(src_cpu);
   if (src_tpu && !dst_tpu) {
     record_event(Event::kDeviceToHost, static_cast<int64_t>(dst.nbytes()), "copy to cpu");

@@ -2,7 +2,8 @@
 //
 // Layering: allocator.cpp (HBM accounting, chips held) <- runtime.cpp (host model, guard, hooks,
 //           generators) <- gaps.cpp (TorchTPU's known gaps, switchable) <- native_ops.cpp
-//           (factories, views, copies) <- fallback.cpp (every other op; unboxed_ops.cpp: the hottest ones, unboxed) <- numerics.cpp (TPU
+//           (factories, views, copies) <- fallback.cpp (every other op; unboxed_ops.cpp: the hottest ones, unboxed;
+//           executables.cpp: the eager executables TorchTPU would compile for them) <- numerics.cpp (TPU
 //           numerics of matmuls and convolutions; attention.cpp: of attention) <- bindings.cpp (`hf_tpu.emulator._C`).
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hf_tpu {
@@ -177,6 +179,32 @@ at::Tensor rounded_operand(const at::Tensor& t);
 // The kernels of _scaled_dot_product_flash_attention_for_cpu and its backward: TPU attention numerics.
 void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void attention_backward_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// ---- executables.cpp -----------------------------------------------------
+// TorchTPU's eager executable cache, modelled: one executable per op, argument shapes and dtypes, and scalar
+// argument values. The fallback and the unboxed kernels record each device op's key.
+struct KeyHasher {
+  uint64_t value = 0xcbf29ce484222325ULL;
+  void mix(uint64_t v);
+  void mix(const at::Tensor& t);
+  void mix(const c10::Scalar& s);
+  void mix(const c10::IValue& iv);
+};
+struct ExecutableStats {
+  int64_t requests = 0;
+  int64_t hits = 0;            // keys this process compiled before
+  int64_t persisted_hits = 0;  // keys a previous process saved (TorchTPU's persistent cache)
+  int64_t compilations = 0;
+};
+// `op`: the operator's name ("aten::add"), for the ops TorchTPU runs as several executables.
+void record_executable(uint64_t key, std::string_view op);
+ExecutableStats executable_stats();
+void clear_executables();
+std::vector<uint64_t> executable_keys();
+void add_persisted_executables(const std::vector<uint64_t>& keys);
+void set_executable_model(bool enabled);
+// The ops of the compilations since the last call (while logging); `keep_logging` turns logging on or off.
+std::vector<std::string> executable_log(bool keep_logging);
 
 // ---- transfer and sync counters (bindings.cpp) --------------------------
 enum class Event : int { kHostToDevice = 0, kDeviceToHost = 1, kSync = 2 };

@@ -149,6 +149,35 @@ constexpr std::pair<int, int> kMatmulOperands<at::_ops::addmm>{1, 2};
 template <>
 constexpr std::pair<int, int> kMatmulOperands<at::_ops::baddbmm>{1, 2};
 
+// An argument's part of the executable's key (executables.cpp): shapes and dtypes, scalar values.
+template <class T>
+void mix_arg(KeyHasher& key, const T& value) {
+  using V = std::decay_t<T>;
+  if constexpr (std::is_same_v<V, at::Tensor> || std::is_same_v<V, c10::Scalar>) {
+    key.mix(value);
+  } else if constexpr (std::is_same_v<V, std::optional<at::Tensor>>) {
+    value.has_value() ? key.mix(*value) : key.mix(uint64_t{0x9099});
+  } else if constexpr (std::is_same_v<V, at::ITensorListRef>) {
+    for (const at::Tensor& t : value) {
+      key.mix(t);
+    }
+  } else if constexpr (std::is_same_v<V, at::OptionalIntArrayRef>) {
+    if (value.has_value()) {
+      for (int64_t v : *value) {
+        key.mix(static_cast<uint64_t>(v));
+      }
+    } else {
+      key.mix(uint64_t{0x9099});
+    }
+  } else if constexpr (std::is_same_v<V, std::optional<at::ScalarType>>) {
+    key.mix(value.has_value() ? static_cast<uint64_t>(*value) + 1 : uint64_t{0x9099});
+  } else if constexpr (std::is_integral_v<V>) {
+    key.mix(static_cast<uint64_t>(value));
+  } else {
+    static_assert(std::is_integral_v<V>, "mix_arg: add this argument type to the executable key");
+  }
+}
+
 template <class Op, class Schema = typename Op::schema>
 struct Unboxed;
 
@@ -164,6 +193,12 @@ struct Unboxed<Op, Ret(Args...)> {
  private:
   template <size_t... I>
   static Ret run(std::index_sequence<I...> /*indices*/, Args... args) {
+    static const uint64_t op_key =
+        std::hash<std::string>{}(Op::name) ^ (std::hash<std::string>{}(Op::overload_name) << 1);
+    KeyHasher key;
+    key.mix(op_key);
+    (mix_arg(key, args), ...);
+    record_executable(key.value == 0 ? 1 : key.value, Op::name);
     std::optional<c10::DeviceIndex> device;
     (Call<Op>::find_device(device, args), ...);
     Call<Op> call(device.has_value() ? *device : current_device());  // the thread-local lookup only when needed
