@@ -32,7 +32,7 @@ class WarmUp:
 
     runs: int = 0
     graphs: int = 0  # torch.compile graphs built (transformers compiles static-cache decoding)
-    compilations: int = 0  # XLA compilations (the emulator counts its compiled graphs only)
+    compilations: int = 0  # XLA compilations: TorchTPU's count (the emulator models it)
     compile_seconds: float = 0.0
     seconds: float = 0.0
 

@@ -20,8 +20,7 @@ import pytest
 from tests.conftest import child_env
 
 WORKER = Path(__file__).with_name("determinism_worker.py")
-QUICK = ("train_compiled", "generate")  # the default run
-MORE = ("train_eager", "denoise")  # `make long`
+WORKLOADS = ("train_compiled", "train_eager", "generate", "denoise")
 
 
 def digest(workload: str, cache: Path) -> str:
@@ -44,17 +43,10 @@ def cold_then_warm(workloads: tuple[str, ...], tmp_path_factory) -> dict[str, tu
 
 @pytest.fixture(scope="module")
 def digests(tmp_path_factory):
-    return cold_then_warm(QUICK, tmp_path_factory)
+    return cold_then_warm(WORKLOADS, tmp_path_factory)
 
 
-@pytest.mark.parametrize("workload", QUICK)
+@pytest.mark.parametrize("workload", WORKLOADS)
 def test_two_processes_cold_then_warm_compute_the_same_bits(workload, digests):
     cold, warm = digests[workload]
-    assert cold == warm, f"{workload}: {cold} != {warm}"
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("workload", MORE)
-def test_more_workloads_cold_then_warm_compute_the_same_bits(workload, tmp_path_factory):
-    cold, warm = cold_then_warm((workload,), tmp_path_factory)[workload]
     assert cold == warm, f"{workload}: {cold} != {warm}"

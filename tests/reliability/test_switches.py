@@ -75,7 +75,6 @@ def python_cells():
         yield {key: future.result() for key, future in futures.items()}
 
 
-@pytest.mark.long  # 36 fresh interpreters: ~50 s on 2 cores
 @pytest.mark.parametrize(
     ("variable", "call", "first"), PYTHON_CELLS, ids=[f"EMULATE={v}-enable_{c}-{f}_first" for v, c, f in PYTHON_CELLS]
 )
@@ -113,7 +112,6 @@ def cli_cells():
         yield {key: future.result() for key, future in futures.items()}
 
 
-@pytest.mark.long  # 15 CLI runs, two of them launches: ~25 s on 2 cores
 @pytest.mark.parametrize(("variable", "command"), CLI_CELLS, ids=[f"EMULATE={v}-{c}" for v, c in CLI_CELLS])
 def test_every_command_under_every_value_finishes(cli_cells, variable, command):
     proc = cli_cells[(variable, command)]
