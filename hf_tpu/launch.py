@@ -117,12 +117,25 @@ def torchrun_command(launch: Launch, env: dict[str, str]) -> list[str]:
     return [*cmd, launch.script, *launch.script_args]
 
 
+def _refuse_mixed_switches() -> None:
+    """HF_TPU_XLA_CPU=1 with HF_TPU_EMULATE=1: say so before asking TorchTPU for a launch environment, whose own
+    error ("expected TPU devices, got none") would not name the switches."""
+    from . import xla_cpu
+
+    if xla_cpu.requested():
+        try:
+            xla_cpu._check_alone()
+        except xla_cpu.XlaCpuSetupError as err:
+            raise ValueError(str(err)) from None
+
+
 def host_env(launch: Launch, base: dict[str, str] | None = None) -> dict[str, str]:
     """This host's environment for torchrun: emulation when no TPU (real, or the real wheel on XLA:CPU) is present,
     and the multi-host variables."""
     from ._backend import needs_emulator
 
     env = dict(os.environ if base is None else base)
+    _refuse_mixed_switches()
     if needs_emulator():
         from ._env import EnvError, flag
 
