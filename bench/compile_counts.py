@@ -285,18 +285,35 @@ def main() -> None:
         _side_by_side(records)
 
 
+# How close the emulator's count is held to the real wheel's: a zero exactly (what warm-up and the persistent caches
+# promise), any other count within this ratio range. Measured (README's table): the emulator counts fewer for
+# generate and diffusion (0.65-0.83: TorchTPU also compiles some chains of eager ops into executables of their own,
+# which its model of the cache keys does not reproduce), training within 3 % but for upstream's first step (1.21).
+# The one disagreement left: SD3's second process on the real wheel compiles 2 programs again (not explained).
+RATIO_RANGE = (0.6, 1.25)
+
+
+def agrees(emulator: int, real: int) -> bool:
+    """Whether an emulator count agrees with the real wheel's within the stated tolerance."""
+    if real == 0 or emulator == 0:
+        return emulator == real
+    return RATIO_RANGE[0] <= emulator / real <= RATIO_RANGE[1]
+
+
 def _side_by_side(records: list[dict]) -> None:
     """The emulator's counts beside the real wheel's, for each cell both backends ran."""
     cells = {(r["workload"], r["setting"], r["backend"]): r for r in records}
     pairs = [(w, s) for (w, s, b) in cells if b == "xla_cpu" and (w, s, "emulator") in cells]
     if not pairs:
         return
-    print("\nemulator / real wheel (XLA compilations):")
+    low, high = RATIO_RANGE
+    print(f"\nemulator / real wheel (XLA compilations; agree: a zero exactly, else a ratio within {low}-{high}):")
+    keys = ("warmup_compilations", "after_warmup_compilations", "second_process_compilations")
     for workload, setting in pairs:
         real, emu = cells[(workload, setting, "xla_cpu")], cells[(workload, setting, "emulator")]
-        row = [f"{key.split('_')[0]} {emu[key]}/{real[key]}" for key in
-               ("warmup_compilations", "after_warmup_compilations", "second_process_compilations")]  # fmt: skip
-        print(f"  {workload:<12} {setting:<9} " + ", ".join(row))
+        row = [f"{key.split('_')[0]} {emu[key]}/{real[key]}" for key in keys]
+        verdict = "agree" if all(agrees(emu[key], real[key]) for key in keys) else "DISAGREE"
+        print(f"  {workload:<12} {setting:<9} " + ", ".join(row) + f"  {verdict}")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ def _backend() -> dict[str, Any]:
             "chips": host.chips,
             "usable_chips": host.usable,
             "reproduced_gaps": sorted(emulator.reproduced_gaps()),
+            "refused_operators": emulator.refused_operators(),
             "precision": torch.get_float32_matmul_precision(),
         }
     return info
@@ -138,6 +139,8 @@ def format_text(report: dict[str, Any]) -> str:
         lines.append(f"  xla_cpu {key}: {value}")
     for key, value in device.get("emulator", {}).items():
         shown = ", ".join(value) if isinstance(value, list) else value
+        if key == "refused_operators":  # a long list: its count and where it comes from
+            shown = f"{len(value)}, as the real wheel refuses them (measured: hf_tpu/emulator/op_coverage/; --json lists them)"
         lines.append(f"  emulator {key}: {shown}")
     cache = report["emulator_core_cache"]
     lines += ["", "emulator core cache:"] + [f"  {k}: {v}" for k, v in cache.items()]

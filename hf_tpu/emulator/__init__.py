@@ -64,6 +64,14 @@ def reproduced_gaps() -> frozenset[str]:
     return gaps.reproduced()
 
 
+def refused_operators() -> list[str]:
+    """The aten operators this emulated TPU refuses as TorchTPU does (``op_coverage``: measured on the real wheel);
+    none on the ideal profile."""
+    from . import gaps
+
+    return gaps.refused()
+
+
 def build(verbose: bool = False) -> str:
     """Compile the C++ core now (CI and images can call this ahead of time); returns the cache dir."""
     from . import _build

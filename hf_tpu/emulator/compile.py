@@ -144,6 +144,7 @@ class _CompiledGraph:
     """One AOT graph compiled for the CPU, called with device tensors."""
 
     def __init__(self, gm: torch.fx.GraphModule, use_inductor: bool) -> None:
+        super().__init__()  # OutputCode's fields, for the cacheable kind (_cacheable_graph_class)
         # Boxed calling convention (one list the callee may clear). An instance attribute, so
         # the functools.wraps of Dynamo's disable() around backward graphs carries it over.
         self._boxed_call = True
@@ -227,6 +228,72 @@ class _CompiledGraph:
                 else out
             )
         return result
+
+
+_CACHED_STATE_FORMAT = 1  # what a cached graph's pickled state holds: change it when that changes
+
+
+@functools.cache
+def _cacheable_graph_class() -> type:
+    """A compiled graph that AOTAutograd's cache can keep (an Inductor ``OutputCode``): a second process then loads
+    its forward and backward graphs from the cache entry instead of tracing and partitioning the model again
+    (AOTAutograd: ~1.5 s of the demo's 4.7 s warm first step). What it keeps is the AOT graph; the CPU graph, its
+    numerics rewrite (for this process's profile and precision) and Inductor's code are made again on the first
+    call, the code from Inductor's FX-graph cache. Made on first use: Inductor's import costs a second."""
+    from torch._inductor.output_code import OutputCode
+
+    class CacheableGraph(_CompiledGraph, OutputCode):
+        __hash__ = object.__hash__  # OutputCode is a dataclass (eq=True); graphs are compared by identity
+
+        def __getstate__(self) -> dict[str, Any]:
+            from torch.fx._graph_pickler import GraphPickler, Options
+
+            state = dict(self.__dict__)
+            state.update(compiled=None, cpu_gm=None, lock=None, rounded_inputs=[])
+            state["entry"] = {"read_count": 0, "compilation_duration": 0.0, "last_read": None}
+            state["state_format"] = _CACHED_STATE_FORMAT
+            if self.gm is not None:  # with its nodes' fake values, which the numerics rewrite reads
+                state.update(gm=None, graph_bytes=GraphPickler.dumps(self.gm, Options(ops_filter=None)))
+            return state
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            if state.pop("state_format", None) != _CACHED_STATE_FORMAT:  # AOTAutograd then compiles afresh
+                raise ValueError("an AOTAutograd cache entry written by another hf-tpu version")
+            self.__dict__.update(state)
+            self.lock = threading.Lock()
+
+        def prepare_for_serialization(self) -> None:
+            """Nothing to drop: ``__getstate__`` keeps the graph only."""
+
+        def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
+            """Loaded from AOTAutograd's cache: the graph back (its fake values in the inputs' fake mode), and a
+            request the persistent cache served."""
+            if self.gm is None:
+                from torch._guards import detect_fake_mode
+                from torch._subclasses.fake_tensor import FakeTensorMode
+                from torch.fx._graph_pickler import GraphPickler
+                from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+                fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode(shape_env=ShapeEnv())
+                self.gm = GraphPickler.loads(self.__dict__.pop("graph_bytes"), fake_mode)
+                self.gm.recompile()
+            with _lock:
+                _stats.num_cache_reqs += 1
+                _stats.num_cache_hits += 1
+                _stats.per_entry_stats.append(self.entry)
+
+        def set_triton_bundle(self, triton_bundle: Any) -> None:
+            """No Triton kernels: the graphs compile to C++."""
+
+    CacheableGraph.__qualname__ = CacheableGraph.__name__ = "_CacheableGraph"
+    return CacheableGraph
+
+
+def __getattr__(name: str) -> Any:
+    # the cacheable class by its module-level name, for unpickling a cache entry in another process
+    if name == "_CacheableGraph":
+        return _cacheable_graph_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _refuse_cpu_inputs(args: list[Any]) -> None:
@@ -348,12 +415,15 @@ class TpuBackend:
         _guard_input_storage_offsets(gm)
         use_inductor = _cxx_available()
         debug = TpuCompileDebug() if callback is not None else None
+        # AOTAutograd's cache keeps the graphs for the next process (not with a debug callback: it wants the
+        # post-autograd graphs of this compile)
+        cacheable = use_inductor and debug is None and graph_cache.aot_cache_enabled()
         if debug is not None:
             debug.pre_autograd_fx_code.append(gm.code)
             debug.pre_autograd_fx_readable.append(gm.print_readable(print_output=False))
 
         def compiler(forward: bool, graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> _CompiledGraph:
-            compiled = _graph_compiler(graph, inputs, use_inductor=use_inductor)
+            compiled = _graph_compiler(graph, inputs, use_inductor=use_inductor, cacheable=cacheable)
             if debug is not None:
                 side = "forward" if forward else "backward"
                 getattr(debug, f"post_autograd_fx_{side}_code").append(graph.code)
@@ -363,9 +433,17 @@ class TpuBackend:
                     callback(debug)  # type: ignore[misc]  (TorchTPU calls it once the forward graph compiled)
             return compiled
 
+        fw_compiler: Any = functools.partial(compiler, True)
+        bw_compiler: Any = functools.partial(compiler, False)
+        if cacheable:
+            from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+            from torch._inductor.output_code import OutputCode
+
+            fw_compiler = SerializableAOTDispatchCompiler(OutputCode, fw_compiler)
+            bw_compiler = SerializableAOTDispatchCompiler(OutputCode, bw_compiler)
         compiled = aot_autograd(
-            fw_compiler=functools.partial(compiler, True),
-            bw_compiler=functools.partial(compiler, False),
+            fw_compiler=fw_compiler,
+            bw_compiler=bw_compiler,
             partition_fn=min_cut_rematerialization_partition,
             # TorchTPU applies input mutations outside the graph (False). Here Inductor applies them in
             # place on the CPU aliases, i.e. in device memory, which saves copying a whole static KV
@@ -392,15 +470,23 @@ def _guard_input_storage_offsets(gm: torch.fx.GraphModule) -> None:
         install_guard(TensorPropertySource(source, TensorProperty.STORAGE_OFFSET).make_guard(GuardBuilder.EQUALS_MATCH))
 
 
-def _graph_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, use_inductor: bool) -> _CompiledGraph:
-    key = (gm.code, tuple(_meta(x) for x in example_inputs), use_inductor, numerics.graph_key(gaps.reproduced()))
+def _graph_compiler(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, use_inductor: bool, cacheable: bool = False
+) -> _CompiledGraph:
+    key = (
+        gm.code,
+        tuple(_meta(x) for x in example_inputs),
+        use_inductor,
+        cacheable,
+        numerics.graph_key(gaps.reproduced()),
+    )
     with _lock:
         _stats.num_cache_reqs += 1
         hit = _cache.get(key)
         if hit is not None:
             _stats.num_cache_hits += 1
             return hit
-        compiled = _CompiledGraph(gm, use_inductor)
+        compiled = (_cacheable_graph_class() if cacheable else _CompiledGraph)(gm, use_inductor)
         _cache[key] = compiled
         _stats.per_entry_stats.append(compiled.entry)
         return compiled

@@ -1,7 +1,8 @@
 """TorchTPU's known gaps, reproduced by the emulator (the catalogue with evidence is ``hf_tpu.gaps``).
 
 Most reproductions live in the C++ core (``csrc/gaps.cpp``, ``numerics.cpp``, the allocator's chip
-locks, the SDPA backend choice); this module switches them on for the profile and adds the ones that
+locks, the SDPA backend choice); this module switches them on for the profile, with the operators the real wheel
+refuses (``op_coverage``), and adds the ones that
 are Python-level on TorchTPU too: ``avg_pool1d`` without a gradient, ``Tensor.to(<int>)`` landing on
 chip 0, and, in ``compile``, the inductor refusal and compiled graphs refusing CPU tensor inputs. ``visible_devices`` is the device count the core
 reports (``host``).
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import _build
+from . import _build, op_coverage
 from .host_model import Host
 
 # The C++ core's gaps are named by the core itself (``gap_names()``, gaps.cpp's table); these are the
@@ -44,12 +45,18 @@ INHERENT_GAPS = (
 NOT_TORCH_TPU = ("safetensors_device", "autograd_exit_abort")
 
 _reproduced: frozenset[str] = frozenset()
+_refused: list[str] = []
 _library: Any = None
 
 
 def reproduced() -> frozenset[str]:
     """The gaps this process's emulated TPU has (on the ideal profile only the inherent ones)."""
     return _reproduced
+
+
+def refused() -> list[str]:
+    """The operators this process's emulated TPU refuses as TorchTPU :data:`RELEASE` does."""
+    return list(_refused)
 
 
 # The TorchTPU release the torch_tpu profile behaves like: it reproduces the gaps this release has (the table's
@@ -85,6 +92,9 @@ def install(host: Host) -> None:
     fixed = fixed_in_release()
     core_gaps = [name for name in core.gap_names() if name not in fixed]
     core.set_gaps(core_gaps if faithful else [])
+    global _refused
+    _refused = op_coverage.refused_operators(RELEASE) if faithful else []
+    core.set_refused_ops(_refused)
     names = set(INHERENT_GAPS)
     if faithful:
         names |= set(core_gaps) | set(PYTHON_GAPS) - fixed

@@ -13,6 +13,9 @@ between them and a warm second process (measured on the demo's compiled training
    (:func:`remember_isa_probes`).
 3. The caches live under ``$HF_TPU_CACHE/inductor`` when ``TORCHINDUCTOR_CACHE_DIR`` is unset, where ``hf-tpu
    env`` shows them (the default, ``/tmp/torchinductor_<user>``, goes at a reboot).
+4. AOTAutograd's cache keeps only graphs compiled by Inductor itself: the emulator's compiled graphs are now kept
+   in its entries (bundled entries, ``compile._cacheable_graph_class``), so a second process skips AOTAutograd's
+   joint tracing and partitioning. Warm first step: 5.3-5.6 s -> 3.8-4.0 s (cold: 44-51 s).
 """
 
 from __future__ import annotations
@@ -26,10 +29,24 @@ from typing import Any
 from .. import compile_cache
 
 
+def aot_cache_enabled() -> bool:
+    """Whether compiled graphs go into AOTAutograd's cache (bundled entries: the graphs are pickled into them)."""
+    if not compile_cache.enabled():
+        return False
+    import torch._functorch.config
+
+    return bool(torch._functorch.config.enable_autograd_cache)
+
+
 def install() -> None:
-    """Put Inductor's caches under hf-tpu's cache directory (unless the user chose one) and remember ISA probes."""
+    """Put Inductor's caches under hf-tpu's cache directory (unless the user chose one), remember ISA probes, and
+    keep AOTAutograd's cache entries bundled (the emulator's graphs are not Inductor's, so an entry must carry them:
+    read when a backward graph is saved, after the compile call returned, so set for the process)."""
     if not compile_cache.enabled():
         return
+    import torch._functorch.config
+
+    torch._functorch.config.bundled_autograd_cache = True
     from .._import_hooks import when_imported
 
     if os.environ.get(compile_cache.INDUCTOR, _inductor_default()) == _inductor_default():

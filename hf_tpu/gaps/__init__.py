@@ -55,7 +55,7 @@ GAPS: tuple[Gap, ...] = (
         "RuntimeError \"operator 'aten::linalg_cholesky_ex' is not implemented for TPU\", as TorchTPU's fallback says",
         "cholesky_on_cpu",
         signature=r"linalg_cholesky|cholesky_ex",
-        ops=("aten.linalg_cholesky_ex",),
+        ops=("aten.linalg_cholesky_ex", "aten.cholesky", "aten.cholesky_inverse"),
     ),
     Gap(
         "ctc_loss",
@@ -223,7 +223,8 @@ GAPS: tuple[Gap, ...] = (
         "torch.autocast('tpu', dtype=torch.int8) (or any integer/bool dtype) is accepted, and float32 matmuls "
         "inside it come back as int8",
         "0.2.0 [wheel: get_amp_supported_dtype() lists 20 dtypes, int8/16/32/64, uint8..64 and bool among them; "
-        "torch's autocast only checks membership]",
+        "torch's autocast only checks membership] [run: accepted, a float32 matmul's inputs cast to int8; XLA:CPU "
+        "then refuses the int8 matmul ('mm(): not implemented for int8 ... PjRt version: cpu')]",
         "the device module answers the same list, on every profile",
         "autocast_floating_dtypes_only",
     ),

@@ -198,11 +198,15 @@ x.record_stream(torch.accelerator.current_stream())
 """,
     "autocast_integer_dtype": """
 try:
-    with torch.autocast(DEVICE, dtype=torch.int8):
-        product = torch.ones(2, 2, device=DEVICE) @ torch.ones(2, 2, device=DEVICE)
+    autocast = torch.autocast(DEVICE, dtype=torch.int8)
 except (ValueError, RuntimeError) as err:  # refused, naming the dtype: no gap
     print(f"refused: {err}")
-else:  # torch itself disables autocast (with a warning) for a dtype the backend does not list
+else:  # accepted: torch itself disables autocast (with a warning) for a dtype the backend does not list
+    with autocast:
+        try:
+            product = torch.ones(2, 2, device=DEVICE) @ torch.ones(2, 2, device=DEVICE)
+        except RuntimeError as err:  # the inputs were cast to int8, then the backend had no int8 matmul
+            raise RuntimeError(f"torch.autocast accepted dtype=torch.int8; a float32 matmul ran in int8: {err}")
     if product.dtype != torch.float32:
         raise RuntimeError(f"torch.autocast accepted dtype=torch.int8; a float32 matmul came back as {product.dtype}")
 """,

@@ -117,6 +117,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
      py::arg("hook"));
   m.def("set_gaps", &set_gaps, py::arg("names"), "TorchTPU gaps the core reproduces (by name).");
   m.def("gap_names", &gap_names, "Names of the gaps the core can reproduce.");
+  m.def("set_refused_ops", &set_refused_ops, py::arg("names"),
+        "Operators (no overload) that raise TorchTPU's 'not implemented for TPU' error.");
   m.def("set_abort_on_gap", &set_abort_on_gap, py::arg("abort"));
   m.def("set_matmul_precision", &set_matmul_precision, py::arg("precision"));
   m.def("matmul_precision", &matmul_precision);

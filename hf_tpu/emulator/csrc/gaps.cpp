@@ -1,5 +1,5 @@
 // TorchTPU's known gaps, reproduced the way a user meets them (the catalogue with evidence and
-// TorchTPU versions is hf_tpu/gaps.py; the profile decides which are on).
+// TorchTPU versions is hf_tpu/gaps/__init__.py; the profile decides which are on), and the operators it refuses.
 //
 // Where TorchTPU aborts the process, the emulator raises a RuntimeError saying so, or really
 // aborts with HF_TPU_EMULATOR_GAPS=abort (so harness tests can check that an abort is contained).
@@ -148,12 +148,24 @@ void gap_abort(Gap gap, const std::string& what) {
               ". The emulator raises instead; HF_TPU_EMULATOR_GAPS=abort makes it abort like the chip.");
 }
 
+namespace {
+
+// Operators TorchTPU has no kernel for (hf_tpu/emulator/op_coverage/: measured on the real wheel), by name
+// without overload: set once, when the profile is installed, before any op runs.
+std::unordered_set<std::string> g_refused;
+
+}  // namespace
+
+void set_refused_ops(const std::vector<std::string>& names) {
+  g_refused = {names.begin(), names.end()};
+}
+
 bool is_gap_op(const std::string& name) {
   static const std::unordered_set<std::string> kGapOps = {
       "aten::linalg_cholesky_ex", "aten::cholesky", "aten::cholesky_inverse", "aten::_ctc_loss",
       "aten::_ctc_loss_backward", "aten::upsample_linear1d", "aten::index", "aten::record_stream",
       "aten::multinomial"};
-  return kGapOps.count(name) != 0;
+  return kGapOps.count(name) != 0 || g_refused.count(name) != 0;
 }
 
 namespace {
@@ -181,6 +193,9 @@ void check_gaps_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     return;
   }
   const size_t num_args = op.schema().arguments().size();
+  if (g_refused.count(name) != 0) {
+    not_implemented(op);
+  }
   if (gap_enabled(Gap::kCholesky) &&
       (name == "aten::linalg_cholesky_ex" || name == "aten::cholesky" || name == "aten::cholesky_inverse")) {
     not_implemented(op);

@@ -80,7 +80,7 @@ at::Generator cpu_generator_of(const at::Generator& tpu_generator);
 bool is_tpu_generator(const at::Generator& generator);
 
 // ---- gaps.cpp ------------------------------------------------------------
-// TorchTPU's known gaps the core reproduces (the Python table in hf_tpu/gaps.py has the rest).
+// TorchTPU's known gaps the core reproduces (the Python table in hf_tpu/gaps/__init__.py has the rest).
 enum class Gap : int {
   kCholesky = 0,
   kCtcLoss,
@@ -96,7 +96,7 @@ enum class Gap : int {
   kCount
 };
 bool gap_enabled(Gap gap);
-// Names as in hf_tpu/gaps.py; unknown names raise.
+// Names as in hf_tpu/gaps/__init__.py; unknown names raise.
 void set_gaps(const std::vector<std::string>& names);
 std::vector<std::string> gap_names();
 // TorchTPU aborts the process at these points: raise a RuntimeError saying so, or really
@@ -108,6 +108,8 @@ void set_abort_on_gap(bool abort);
 void check_gaps_before(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin);
 // Whether check_gaps_before has anything to check for the operator ("aten::index", ...).
 bool is_gap_op(const std::string& name);
+// Operators ("aten::median", no overload) that raise TorchTPU's "not implemented for TPU" error.
+void set_refused_ops(const std::vector<std::string>& names);
 
 // ---- native_ops.cpp / fallback.cpp --------------------------------------
 // A tensor over `storage` with the sizes, strides, offset and conj/neg bits of `like`.
