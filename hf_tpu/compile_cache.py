@@ -6,7 +6,8 @@
   TorchTPU's binary fingerprint, so another release misses. Measured on the real torch-tpu 0.2.0 (XLA:CPU),
   generate of 54 tokens on a tiny Qwen3: 301 compilations in the first process, 0 in the second. When the user
   set neither cache variable, hf-tpu points tier 3 at ``$HF_TPU_CACHE/torch_tpu/<tpu|xla_cpu>`` (one directory per
-  platform: an XLA:CPU executable is no use to a chip) before TorchTPU first reads it.
+  platform: an XLA:CPU executable is no use to a chip) before TorchTPU first reads it, and names tier 2 after it
+  (TorchTPU's default name, "default", is shared by every process of the host whatever its ``HF_TPU_CACHE``).
 - **The emulator** compiles its graphs with Inductor, whose FX-graph and AOTAutograd caches live on disk and are
   keyed by the graph (the emulator's numerics are rewritten into it), torch's version and Inductor's config; hf-tpu
   puts them under ``$HF_TPU_CACHE/inductor`` when ``TORCHINDUCTOR_CACHE_DIR`` is unset (see
@@ -19,6 +20,7 @@ size and how to clear them (delete the directory; nothing else refers to it).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -49,6 +51,12 @@ def emulator_executables_dir() -> Path:
     return cache_root() / "emulator_executables"
 
 
+def tier2_name(directory: Path) -> str:
+    """The name of TorchTPU's host-memory cache (``/dev/shm/torch_tpu_cache/<name>``) that goes with a tier-3
+    directory of hf-tpu's."""
+    return "hf-tpu-" + hashlib.sha256(str(directory).encode()).hexdigest()[:12]
+
+
 def use_torch_tpu_cache(platform: str) -> Path | None:
     """Point TorchTPU's tier-3 cache at hf-tpu's cache directory, unless the user configured TorchTPU's caches or
     turned this off. Call before the first compilation (TorchTPU reads the variable once). Returns the directory."""
@@ -66,6 +74,10 @@ def use_torch_tpu_cache(platform: str) -> Path | None:
         )
         return None
     os.environ[TIER3] = str(directory)
+    # Tier 2 (host memory, /dev/shm) follows tier 3 under the name "default", shared by every process of the host
+    # whatever its HF_TPU_CACHE: named after the tier-3 directory, one HF_TPU_CACHE is one cache (a fresh one misses,
+    # `hf-tpu env` shows and clears both).
+    os.environ[TIER2] = tier2_name(directory)
     # TorchTPU warns that the variable is experimental the first time it reads it; hf-tpu set it, not the user.
     warnings.filterwarnings("ignore", message=f".*the {TIER3} environment variable is an experimental feature")
     return directory

@@ -30,12 +30,21 @@ from .. import compile_cache
 
 
 def aot_cache_enabled() -> bool:
-    """Whether compiled graphs go into AOTAutograd's cache (bundled entries: the graphs are pickled into them)."""
+    """Whether compiled graphs go into AOTAutograd's cache (bundled entries: the graphs are pickled into them); not
+    with a torch whose AOTAutograd lacks what that needs (the graphs are then traced again in every process)."""
     if not compile_cache.enabled():
         return False
     import torch._functorch.config
 
-    return bool(torch._functorch.config.enable_autograd_cache)
+    try:
+        from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler  # noqa: F401
+        from torch._inductor.output_code import OutputCode  # noqa: F401
+        from torch.fx._graph_pickler import GraphPickler  # noqa: F401
+    except ImportError:
+        return False
+    return bool(torch._functorch.config.enable_autograd_cache) and bool(
+        getattr(torch._functorch.config, "bundled_autograd_cache", False)
+    )
 
 
 def install() -> None:
@@ -46,7 +55,8 @@ def install() -> None:
         return
     import torch._functorch.config
 
-    torch._functorch.config.bundled_autograd_cache = True
+    if hasattr(torch._functorch.config, "bundled_autograd_cache"):
+        torch._functorch.config.bundled_autograd_cache = True
     from .._import_hooks import when_imported
 
     if os.environ.get(compile_cache.INDUCTOR, _inductor_default()) == _inductor_default():
