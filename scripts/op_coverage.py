@@ -104,7 +104,7 @@ def _worker(indices: list[int]) -> None:
                 opinfo_sweep.UNINITIALISED.add(op.name)
             started = time.monotonic()
             try:
-                result = _one(opinfo_sweep, op, dtype)
+                result = opinfo_sweep.sweep_one(op, dtype)
             finally:
                 if random:
                     opinfo_sweep.UNINITIALISED.discard(op.name)
@@ -123,30 +123,6 @@ def _worker(indices: list[int]) -> None:
             out.flush()
         out.write(json.dumps({"done": index}) + "\n")
         out.flush()
-
-
-def _one(opinfo_sweep, op, dtype):
-    """The sweep of one op at one dtype (``opinfo_sweep._sweep`` runs every supported dtype)."""
-    import torch
-
-    result = opinfo_sweep.OpResult(opinfo_sweep._key(op, dtype))
-    requires_grad = op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")
-    try:
-        torch.manual_seed(0)
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=requires_grad))
-    except Exception as err:
-        result.sample_error = f"sample_inputs raised {type(err).__name__}: {str(err).splitlines()[0]}"[:300]
-        return result
-    for i, sample in enumerate(samples):
-        error = opinfo_sweep.run_sample(op, sample, dtype, seed=i)
-        if error is None:
-            result.passed += 1
-        elif error == opinfo_sweep.CPU_FAILED:
-            result.cpu_failed += 1
-        else:
-            result.failed += 1
-            result.errors.append(error)
-    return result
 
 
 def _recorded() -> tuple[set[int], list[dict]]:

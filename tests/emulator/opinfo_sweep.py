@@ -160,30 +160,34 @@ def _sweep(ops: Iterable | None, progress: bool) -> list[OpResult]:
         for dtype in DTYPES:
             if dtype not in supported:
                 continue
-            result = OpResult(_key(op, dtype))
             if progress:
-                print(result.key, file=sys.stderr, flush=True)
-            requires_grad = op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")
-            try:
-                torch.manual_seed(0)
-                samples = list(op.sample_inputs("cpu", dtype, requires_grad=requires_grad))
-            except Exception as err:
-                result.sample_error = f"sample_inputs raised {type(err).__name__}: {str(err).splitlines()[0]}"[:300]
-                result.first_error = result.sample_error
-                results.append(result)
-                continue
-            for i, sample in enumerate(samples):
-                error = run_sample(op, sample, dtype, seed=i)
-                if error is None:
-                    result.passed += 1
-                elif error == CPU_FAILED:
-                    result.cpu_failed += 1
-                else:
-                    result.failed += 1
-                    result.errors.append(error)
-                    result.first_error = result.first_error or error
-            results.append(result)
+                print(_key(op, dtype), file=sys.stderr, flush=True)
+            results.append(sweep_one(op, dtype))
     return results
+
+
+def sweep_one(op, dtype: torch.dtype) -> OpResult:
+    """Every sample of one OpInfo at one dtype (at the caller's matmul precision)."""
+    result = OpResult(_key(op, dtype))
+    requires_grad = op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")
+    try:
+        torch.manual_seed(0)
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=requires_grad))
+    except Exception as err:
+        result.sample_error = f"sample_inputs raised {type(err).__name__}: {str(err).splitlines()[0]}"[:300]
+        result.first_error = result.sample_error
+        return result
+    for i, sample in enumerate(samples):
+        error = run_sample(op, sample, dtype, seed=i)
+        if error is None:
+            result.passed += 1
+        elif error == CPU_FAILED:
+            result.cpu_failed += 1
+        else:
+            result.failed += 1
+            result.errors.append(error)
+            result.first_error = result.first_error or error
+    return result
 
 
 def main(argv: list[str]) -> None:
