@@ -225,7 +225,7 @@ def _cell(python: str, backend: str, workload: str, setting: str, cache: Path) -
 
 def _fresh_cache(backend: str) -> Path:
     """A cache directory with the built parts (emulator core, PJRT shim) shared and no compiled programs."""
-    from hf_tpu._cache import cache_root
+    from hf_tpu.plumbing.cache import cache_root
 
     cache = Path(tempfile.mkdtemp(prefix="hf-tpu-bench-cache-"))
     for part in ("emulator", "xla_cpu"):
@@ -286,7 +286,7 @@ def main() -> None:
 
 
 # How close the emulator's count is held to the real wheel's: a zero exactly (what warm-up and the persistent caches
-# promise), any other count within this ratio range. Measured (README's table): the emulator counts fewer for
+# promise), any other count within this ratio range. Measured (docs/performance.md's table): the emulator counts fewer for
 # generate and diffusion (0.65-0.83: TorchTPU also compiles some chains of eager ops into executables of their own,
 # which its model of the cache keys does not reproduce), training within 3 % but for upstream's first step (1.21).
 # The one disagreement left: SD3's second process on the real wheel compiles 2 programs again (not explained).

@@ -64,7 +64,7 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATOR_HOST"}
         env["PYTHONPATH"] = str(ROOT)
         start = time.perf_counter()
-        cmd = [sys.executable, "-m", "hf_tpu.cli", "launch", "--emulate-hosts", "2", "-n", "2", __file__,
+        cmd = [sys.executable, "-m", "hf_tpu", "launch", "--emulate-hosts", "2", "-n", "2", __file__,
                str(tp), str(dp), str(tmp / "model"), str(out)]  # fmt: skip
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:

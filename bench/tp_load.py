@@ -64,7 +64,7 @@ def run(n: int, path: str) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", str(n), __file__, "--worker", path],
+        [sys.executable, "-m", "hf_tpu", "launch", "-n", str(n), __file__, "--worker", path],
         env=env,
         capture_output=True,
         text=True,

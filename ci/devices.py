@@ -9,7 +9,7 @@ import importlib.metadata
 import os
 from dataclasses import dataclass
 
-from hf_tpu._backend import needs_emulator
+from hf_tpu.plumbing.backend import needs_emulator
 
 DEVICES = ("tpu", "cpu")
 # variables a run sets; anything already set in the caller's environment is dropped for the child

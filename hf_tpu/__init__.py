@@ -9,12 +9,12 @@ from __future__ import annotations
 __version__ = "0.1.0"
 from typing import TYPE_CHECKING, Any
 
-from . import _hooks
+from hf_tpu.plumbing import device_ready as _hooks
 
 if TYPE_CHECKING:
-    from .collectives import CollectiveCounts, count_collectives
-    from .compilations import Compilations, count_compilations
-    from .recompiles import (
+    from hf_tpu.collectives import CollectiveCounts, count_collectives
+    from hf_tpu.compilations import Compilations, count_compilations
+    from hf_tpu.recompiles import (
         CompileReport,
         GraphCompile,
         RecompileError,
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         strict_recompile,
         watch_compiles,
     )
-    from .warmup import WarmUp, warm_up_generate, warm_up_pipeline
+    from hf_tpu.warmup import WarmUp, warm_up_generate, warm_up_pipeline
 
 _LAZY = {"CompileReport", "GraphCompile", "RecompileError", "compile_report", "strict_recompile", "watch_compiles"}
 _LAZY_COLLECTIVES = {"CollectiveCounts", "count_collectives"}
@@ -56,11 +56,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Loaded on first use: `import torch` runs our autoload, which must stay cheap.
     if name in _LAZY:
-        from . import recompiles
+        from hf_tpu import recompiles
 
         return getattr(recompiles, name)
     if name in _LAZY_COLLECTIVES:
-        from . import collectives
+        from hf_tpu import collectives
 
         return getattr(collectives, name)
     if name in _LAZY_OTHERS:
@@ -73,13 +73,13 @@ def __getattr__(name: str) -> Any:
 def backend() -> str:
     """Which TPU this process uses: ``"tpu"`` (TorchTPU on a chip), ``"xla_cpu"`` (TorchTPU on XLA:CPU),
     ``"emulated"`` or ``"none"``."""
-    from ._backend import backend as _backend
+    from hf_tpu.plumbing.backend import backend as _backend
 
     return _backend()
 
 
 def _install_integrations() -> None:
-    from ._autoload import install_integrations
+    from hf_tpu._autoload import install_integrations
 
     install_integrations()
 

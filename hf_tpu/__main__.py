@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from hf_tpu.commands import main
 
 sys.exit(main())

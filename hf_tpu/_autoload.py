@@ -6,26 +6,26 @@ problems become one warning. Torch itself honours ``TORCH_DEVICE_BACKEND_AUTOLOA
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable
+
+from hf_tpu import settings
 
 
 def emulation_requested() -> bool:
     """``HF_TPU_EMULATE`` as a yes/no value; anything else is an error naming it (autoload warns with it)."""
-    from ._env import flag
-
-    return flag("HF_TPU_EMULATE")
+    return settings.get("HF_TPU_EMULATE")
 
 
 def install_integrations() -> None:
     """Install the workarounds for the backend's gaps (and, on XLA:CPU, for that plugin's limits), and hook the
     Hugging Face integrations (they attach when each library is imported)."""
-    from . import _device_hints, accelerate, diffusers, fixes, kernels, tp_plans, transformers, workarounds, xla_cpu
+    from hf_tpu import accelerate, diffusers, fixes, kernels, tp_plans, transformers, workarounds, xla_cpu
+    from hf_tpu.plumbing import device_hints as _device_hints
 
     workarounds.install()
     if xla_cpu.active():
-        from .workarounds import xla_cpu_limits
+        from hf_tpu.workarounds import xla_cpu_limits
 
         xla_cpu_limits.install()
     _use_compile_cache()
@@ -39,10 +39,10 @@ def install_integrations() -> None:
     fixes.install_patches([hint])
     for integration in (transformers, diffusers, accelerate, kernels, tp_plans):
         integration.install()
-    from ._env import flag
-
-    if flag("HF_TPU_STRICT_RECOMPILE"):  # the recompile watcher raises from the first recompile, on every backend
-        from ._import_hooks import when_imported
+    if settings.get(
+        "HF_TPU_STRICT_RECOMPILE"
+    ):  # the recompile watcher raises from the first recompile, on every backend
+        from hf_tpu.plumbing.import_hooks import when_imported
 
         when_imported("torch._dynamo", _watch_recompiles)
 
@@ -50,8 +50,8 @@ def install_integrations() -> None:
 def _use_compile_cache() -> None:
     """TorchTPU's persistent compilation cache under hf-tpu's cache directory (a chip or XLA:CPU; the emulator sets
     up its own), before the first compilation reads the variable."""
-    from . import compile_cache
-    from ._backend import backend
+    from hf_tpu.plumbing import compile_cache
+    from hf_tpu.plumbing.backend import backend
 
     kind = backend()
     if kind in ("tpu", "xla_cpu"):
@@ -59,7 +59,7 @@ def _use_compile_cache() -> None:
 
 
 def _watch_recompiles(_module: object) -> None:
-    from . import recompiles
+    from hf_tpu import recompiles
 
     recompiles.install()
 
@@ -69,12 +69,12 @@ def autoload() -> None:
     on XLA:CPU, then hook them. ``HF_TPU_EMULATE=1``: set up the emulated TPU (which hooks them too). Otherwise:
     nothing."""
     try:
-        from . import xla_cpu
-        from ._backend import real_tpu_present
+        from hf_tpu import xla_cpu
+        from hf_tpu.plumbing.chips import real_tpu_present
 
         if real_tpu_present():
             for switch in ("HF_TPU_EMULATE", "HF_TPU_XLA_CPU"):
-                if os.environ.get(switch, "").strip() not in ("", "0"):
+                if (settings.text(switch) or "0") != "0":
                     warnings.warn(
                         f"hf-tpu: {switch} is set but a real TPU is present; using the real TPU.", stacklevel=2
                     )
@@ -87,7 +87,7 @@ def autoload() -> None:
         warnings.warn(f"hf-tpu: the TPU integrations were not installed: {err}", RuntimeWarning, stacklevel=2)
         return
     if emulation_requested_safely():
-        from . import emulator
+        from hf_tpu import emulator
 
         _set_up(emulator.enable, "the emulated TPU", "HF_TPU_EMULATE")
 
@@ -114,7 +114,7 @@ def _set_up(start: Callable[[], object], what: str, switch: str) -> None:
 
 def _report_failure(err: BaseException, what: str, switch: str) -> None:
     try:
-        from ._device_hints import install_setup_failure
+        from hf_tpu.plumbing.device_hints import install_setup_failure
 
         install_setup_failure(err, what, switch)
     except Exception:  # noqa: BLE001, S110  (the warning below still says what went wrong)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -26,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from hf_tpu import settings
 
 _lock = threading.Lock()  # guards _active while counting starts/stops; nothing under it imports or calls out
 _active: list[CollectiveCounts] = []
@@ -65,7 +66,7 @@ class CollectiveCounts:
 
 def local_slice() -> int:
     """This rank's slice: ``MEGASCALE_SLICE_ID`` on multislice jobs, else 0 (one slice)."""
-    return int(os.environ.get("MEGASCALE_SLICE_ID") or 0)
+    return int(settings.text("MEGASCALE_SLICE_ID") or 0)
 
 
 def _nbytes(x: Any) -> int:

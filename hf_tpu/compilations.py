@@ -37,8 +37,8 @@ def so_far() -> tuple[int, float]:
     """(compilations, seconds compiling) since the process started; (0, 0.0) with no TPU device."""
     import torch
 
-    from . import xla_cpu
-    from ._backend import backend
+    from hf_tpu import xla_cpu
+    from hf_tpu.plumbing.backend import backend
 
     if backend() == "none":
         return 0, 0.0

@@ -186,7 +186,7 @@ def _check_target_exists(fix: Fix) -> None:
 
 def install(fix: Fix) -> None:
     """Apply ``fix`` now, or when its module is imported. Idempotent."""
-    from ._import_hooks import when_imported
+    from hf_tpu.plumbing.import_hooks import when_imported
 
     with _lock:
         if fix.state.startswith(("applied", "waiting", "not needed", "failed")):

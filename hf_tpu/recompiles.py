@@ -189,9 +189,9 @@ def install() -> None:
         log_state.enable_artifact("recompiles")
         register_bytecode_hook(lambda code, new_code: recorder.on_compiled(code, new_code))
         _recorder = recorder
-        from ._env import flag
+        from hf_tpu import settings
 
-        if flag("HF_TPU_STRICT_RECOMPILE"):
+        if settings.get("HF_TPU_STRICT_RECOMPILE"):
             import torch._dynamo.config
             import torch._dynamo.exc
 

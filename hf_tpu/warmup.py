@@ -9,7 +9,7 @@ precompiles its buckets, so that serving starts warm.
 ``generate`` on ``"tpu"`` pads prompts to power-of-two buckets on a static cache (``hf_tpu.transformers.
 generate_shapes``); warming up runs one request per bucket and batch size, the largest first (the static cache
 only grows, so every later shape is built against its final size), each decoding ``max_new_tokens``. A request
-within those limits then compiles nothing; with TorchTPU's persistent cache (``hf_tpu.compile_cache``) neither
+within those limits then compiles nothing; with TorchTPU's persistent cache (``hf_tpu.plumbing.compile_cache``) neither
 does the next process's warm-up.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .compilations import count_compilations
+from hf_tpu.compilations import count_compilations
 
 
 @dataclass
@@ -60,7 +60,7 @@ def _positive(what: str, name: str, value: Any) -> int:
 def _run_all(what: str, calls: Sequence[tuple[str, Any]], progress: bool) -> WarmUp:
     from huggingface_hub.utils import tqdm
 
-    from .recompiles import watch_compiles
+    from hf_tpu.recompiles import watch_compiles
 
     report = WarmUp()
     start = time.perf_counter()
@@ -80,7 +80,7 @@ def _run_all(what: str, calls: Sequence[tuple[str, Any]], progress: bool) -> War
 
 def prompt_buckets(max_prompt_length: int) -> list[int]:
     """The padded prompt lengths generate() on tpu uses for prompts of 1..max_prompt_length tokens."""
-    from .transformers.generate_shapes import bucket
+    from hf_tpu.transformers.generate_shapes import bucket
 
     buckets = {bucket(0)}
     size = bucket(0)
@@ -102,7 +102,7 @@ def warm_up_generate(
     """Compile what ``model.generate`` meets for prompts of up to ``max_prompt_length`` tokens, ``batch_sizes``
     rows and up to ``max_new_tokens`` new tokens. ``generate_kwargs`` are those of the requests to come
     (``do_sample``, ``top_k``...: sampling runs other ops than greedy search)."""
-    from .transformers import generate_shapes
+    from hf_tpu.transformers import generate_shapes
 
     what = "warm_up_generate"
     _check_on_tpu(what, getattr(model, "device", None))

@@ -36,9 +36,9 @@ for _name in [k for k in os.environ if k.startswith("HF_TPU_EMULATOR_")] + [
 # children) but where a test turns it on to test it (tests/test_compile_cache.py).
 os.environ["HF_TPU_COMPILE_CACHE"] = "0"
 
-from hf_tpu._env import flag  # noqa: E402
+from hf_tpu import settings  # noqa: E402
 
-XLA_CPU = flag("HF_TPU_XLA_CPU")  # the real wheel on XLA:CPU; else the emulator
+XLA_CPU = settings.get("HF_TPU_XLA_CPU")  # the real wheel on XLA:CPU; else the emulator
 # A chip's numerics (float32 matmuls rounded to bfloat16 at the default precision, bfloat16 attention): the emulator
 # reproduces them; XLA:CPU computes float32 exactly. Tests that prove the rounding happens check it only here.
 TPU_NUMERICS = not XLA_CPU

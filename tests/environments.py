@@ -35,7 +35,7 @@ class EnvironmentBuildError(RuntimeError):
 
 
 def directory(name: str) -> Path:
-    from hf_tpu._cache import cache_root
+    from hf_tpu.plumbing.cache import cache_root
 
     spec = SPECS[name]
     h = hashlib.sha256(f"{name} {TORCH} {sys.version} {spec} {ROOT}".encode())  # editable: one per checkout

@@ -11,7 +11,8 @@ import pytest
 import torch
 import transformers
 
-from hf_tpu import check, check_run
+from hf_tpu.commands import check
+from hf_tpu.commands.check import run as check_run
 
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4)
 CONFIGS = {
@@ -147,7 +148,7 @@ def test_run_a_shrunk_copy_feature_by_feature(tmp_path):
     assert "0 compiles after warm-up" in results["generate_compiled"]["detail"]
     small = transformers.AutoConfig.from_pretrained(report.run_model)
     assert small.num_hidden_layers == 2 and small.num_key_value_heads < small.num_attention_heads  # still GQA
-    bad = subprocess.run([sys.executable, "-m", "hf_tpu.check_run", report.run_model, "nope"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "hf_tpu.commands.check.run", report.run_model, "nope"], capture_output=True,
                          text=True, timeout=300, env={**os.environ, "HF_TPU_EMULATE": "1"})  # fmt: skip
     assert bad.returncode == 1 and "FAIL ValueError: unknown feature 'nope'" in bad.stdout
 
@@ -196,7 +197,7 @@ def test_shrunk_sdxl_unet_runs_against_cpu(tmp_path):
     """The UNet path (SDXL's added text/time conditioning), in this process: shrink, build, forward vs CPU."""
     import diffusers
 
-    from hf_tpu import check_run_diffusers
+    from hf_tpu.commands.check import run_diffusers as check_run_diffusers
 
     unet = tmp_path / "unet"
     diffusers.UNet2DConditionModel(

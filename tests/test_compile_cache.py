@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_tpu._cache import cache_root
+from hf_tpu.plumbing.cache import cache_root
 from tests.conftest import XLA_CPU, child_env
 
 CODE = """

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_tpu import compile_cache
+from hf_tpu.plumbing import compile_cache
 from tests.conftest import XLA_CPU, child_env
 
 WORKER = Path(__file__).with_name("determinism_worker.py")

@@ -50,7 +50,7 @@ def test_diffusers_sd3_example_compiles_once_and_reuses_the_graph(tmp_path):
 def test_tp_generate_example_runs_on_two_emulated_chips():
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
     proc = subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", str(EXAMPLES / "tp_generate.py")],
+        [sys.executable, "-m", "hf_tpu", "launch", "-n", "2", str(EXAMPLES / "tp_generate.py")],
         env=env,
         capture_output=True,
         text=True,

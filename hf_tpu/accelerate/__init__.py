@@ -5,6 +5,6 @@ from __future__ import annotations
 
 def install() -> None:
     """Attach the patches when (or now, if) accelerate's modules are imported. Idempotent."""
-    from .patches import install as _install
+    from hf_tpu.accelerate.patches import install as _install
 
     _install()

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..fixes import Fix
+from hf_tpu.fixes import Fix
 
 MULTI_TPU = "MULTI_TPU"
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from .._backend import on_tpu
-from ..fixes import Fix, install_patches
-from . import multi_chip
-from .multi_chip import add_enum_member
+from hf_tpu.accelerate import multi_chip
+from hf_tpu.accelerate.multi_chip import add_enum_member
+from hf_tpu.fixes import Fix, install_patches
+from hf_tpu.plumbing.backend import on_tpu
 
 
 class TpuGenerators:

@@ -7,13 +7,13 @@ Hooks attach when diffusers is imported, never before (see ``patches``). Public 
 
 from __future__ import annotations
 
-from .compile import compile_pipeline, warm_up
+from hf_tpu.diffusers.compile import compile_pipeline, warm_up
 
 __all__ = ["compile_pipeline", "install", "warm_up"]
 
 
 def install() -> None:
     """Attach the patches when (or now, if) diffusers' modules are imported. Idempotent."""
-    from .patches import install as _install
+    from hf_tpu.diffusers.patches import install as _install
 
     _install()

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..recompiles import CompileReport, watch_compiles
+from hf_tpu.recompiles import CompileReport, watch_compiles
 
 COMPILE_KWARGS: dict[str, Any] = {"backend": "tpu", "fullgraph": True, "dynamic": False}
 DENOISERS = ("transformer", "unet", "prior", "decoder")

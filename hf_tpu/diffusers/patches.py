@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .._backend import on_tpu
-from ..fixes import Fix, install_patches
+from hf_tpu.fixes import Fix, install_patches
+from hf_tpu.plumbing.backend import on_tpu
 
 
 # ---- G5: DiffusionPipeline.from_pretrained(device_map="tpu" | "tpu:0") -------------------

@@ -13,10 +13,12 @@ import sys
 import threading
 import warnings
 
-from ._build import cache_dir
-from .generations import DEFAULT_GENERATION, format_bytes, get_generation, parse_bytes
-from .host_model import PROFILES, Host
-from .tracking import Tracker, TransferEvent, counters, track
+from hf_tpu import settings
+from hf_tpu.emulator import host_model
+from hf_tpu.emulator._build import cache_dir
+from hf_tpu.emulator.generations import DEFAULT_GENERATION, format_bytes, get_generation, parse_bytes
+from hf_tpu.emulator.host_model import PROFILES, Host
+from hf_tpu.emulator.tracking import Tracker, TransferEvent, counters, track
 
 __all__ = [
     "PROFILES",
@@ -38,7 +40,6 @@ __all__ = [
 # under it calls enable() again.
 _lock = threading.Lock()
 _enabled = False
-_host: Host | None = None
 _capacity = 0
 
 
@@ -49,17 +50,18 @@ def is_enabled() -> bool:
 
 def host() -> Host | None:
     """This process's view of the emulated host (chips, visible chips, profile), once enabled."""
-    return _host
+    return host_model.active()
 
 
 def profile() -> str | None:
     """``"torch_tpu"`` or ``"ideal"`` once enabled, else None."""
-    return _host.profile if _host is not None else None
+    active = host_model.active()
+    return active.profile if active is not None else None
 
 
 def reproduced_gaps() -> frozenset[str]:
     """Names (as in ``hf_tpu.gaps``) of the TorchTPU gaps this emulated TPU reproduces."""
-    from . import gaps
+    from hf_tpu.emulator import gaps
 
     return gaps.reproduced()
 
@@ -67,14 +69,14 @@ def reproduced_gaps() -> frozenset[str]:
 def refused_operators() -> list[str]:
     """The aten operators this emulated TPU refuses as TorchTPU does (``op_coverage``: measured on the real wheel);
     none on the ideal profile."""
-    from . import gaps
+    from hf_tpu.emulator import gaps
 
     return gaps.refused()
 
 
 def build(verbose: bool = False) -> str:
     """Compile the C++ core now (CI and images can call this ahead of time); returns the cache dir."""
-    from . import _build
+    from hf_tpu.emulator import _build
 
     _build.load(verbose=verbose)
     return str(cache_dir())
@@ -105,18 +107,16 @@ def enable(
         RuntimeError: PrivateUse1 is already used by another backend, the core cannot be built, or the
             emulator is already set up with other settings.
     """
-    global _enabled, _host, _capacity
+    global _enabled, _capacity
     # `import torch` runs the backend autoload, which calls enable() again when HF_TPU_EMULATE=1: torch is imported
     # before the lock is taken, so that inner call sets the device up (or fails) and this one then finds it done.
     import torch
-
-    from . import host_model
 
     with _lock:
         if _enabled:
             _check_same_settings(generation, hbm, profile)
             return True
-        from .._backend import real_tpu_present
+        from hf_tpu.plumbing.chips import real_tpu_present
 
         if real_tpu_present():
             warnings.warn(
@@ -126,7 +126,7 @@ def enable(
             return False
         import importlib.util
 
-        from .. import xla_cpu
+        from hf_tpu import xla_cpu
 
         if xla_cpu.requested():
             raise RuntimeError(
@@ -149,8 +149,8 @@ def enable(
                 "another backend in this process. Run the emulator in a process without that backend (or unset "
                 "HF_TPU_EMULATE)."
             )
-        gen = get_generation(generation or os.environ.get("HF_TPU_EMULATOR_GENERATION") or DEFAULT_GENERATION)
-        hbm = hbm if hbm is not None else os.environ.get("HF_TPU_EMULATOR_HBM")
+        gen = get_generation(generation or settings.text("HF_TPU_EMULATOR_GENERATION") or DEFAULT_GENERATION)
+        hbm = hbm if hbm is not None else settings.text("HF_TPU_EMULATOR_HBM")
         capacity = parse_bytes(hbm) if hbm is not None else gen.hbm_bytes
         if hbm is not None and capacity > _host_ram():
             warnings.warn(
@@ -170,17 +170,18 @@ def enable(
         # Every setting is checked before anything is registered: a bad one leaves torch untouched.
         chosen = host_model.profile_from_env()
         view = host_model.from_env(gen, chosen)
-        from . import gaps
+        from hf_tpu.emulator import gaps
 
         gaps.abort_mode()
 
-        from ._install import install
+        from hf_tpu.emulator._install import install
 
         install(gen, capacity, view)
-        _enabled, _host, _capacity = True, view, capacity
+        host_model.set_active(view)
+        _enabled, _capacity = True, capacity
         if not quiet:
             sys.stderr.write(_announcement(view, capacity) + "\n")
-    from .. import _hooks
+    from hf_tpu.plumbing import device_ready as _hooks
 
     _hooks.device_ready()
     return True
@@ -202,7 +203,7 @@ def _announcement(view: Host, capacity: int) -> str:
     line = f"hf-tpu: emulated TPU {view.generation.key} (CPU-backed), {chips}, {format_bytes(capacity)} HBM"
     if view.usable > 1:
         line += " each"
-    from . import gaps
+    from hf_tpu.emulator import gaps
 
     if view.profile == "torch_tpu":
         count = len(gaps.reproduced() - set(gaps.NOT_TORCH_TPU))
@@ -212,14 +213,15 @@ def _announcement(view: Host, capacity: int) -> str:
 
 def _check_same_settings(generation: str | None, hbm: str | int | None, profile: str | None) -> None:
     """A second enable() with other settings would silently keep the first ones: say so instead."""
-    assert _host is not None
+    active = host_model.active()
+    assert active is not None
     asked = []
-    if generation is not None and get_generation(generation).key != _host.generation.key:
-        asked.append(f"generation={generation!r} (active: {_host.generation.key!r})")
+    if generation is not None and get_generation(generation).key != active.generation.key:
+        asked.append(f"generation={generation!r} (active: {active.generation.key!r})")
     if hbm is not None and parse_bytes(hbm) != _capacity:
         asked.append(f"hbm={hbm!r} (active: {format_bytes(_capacity)})")
-    if profile is not None and profile != _host.profile:
-        asked.append(f"profile={profile!r} (active: {_host.profile!r})")
+    if profile is not None and profile != active.profile:
+        asked.append(f"profile={profile!r} (active: {active.profile!r})")
     if asked:
         raise RuntimeError(
             "hf-tpu: the emulated TPU is already set up in this process, so "

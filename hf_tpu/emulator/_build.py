@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from .._cache import BuildLock, cache_root, ensure_writable, file_digest
+from hf_tpu import settings
+from hf_tpu.plumbing.cache import BuildLock, cache_root, ensure_writable, file_digest
 
 _CSRC = Path(__file__).with_name("csrc")
 _SOURCES = (
@@ -121,7 +122,7 @@ def _import(library: Path) -> ModuleType:
 
 
 def _check_compiler() -> None:
-    cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+    cxx = settings.text("CXX") or sysconfig.get_config_var("CXX") or "c++"
     if shutil.which(cxx.split()[0]) is None and shutil.which("c++") is None:
         raise CoreBuildError(
             "hf-tpu: the emulated TPU needs a C++ compiler to build its core once, and none was found "

@@ -8,10 +8,10 @@ import sys
 
 import torch
 
-from . import _build, compile, distributed, executables, flex_attention, gaps, numerics
-from .device_module import build_module
-from .generations import Generation
-from .host_model import Host
+from hf_tpu.emulator import _build, compile, distributed, executables, flex_attention, gaps, numerics
+from hf_tpu.emulator.device_module import build_module
+from hf_tpu.emulator.generations import Generation
+from hf_tpu.emulator.host_model import Host
 
 
 def install(generation: Generation, capacity: int, host: Host) -> None:
@@ -44,7 +44,7 @@ def _rebind_forked_children(core, module, generation: Generation, profile: str) 
     """A process forked before it used its chip (``notebook_launcher``, multiprocessing with fork) reads its
     binding (``LOCAL_RANK``, visible chips) from the environment at its first device use, as TorchTPU's runtime
     initialises lazily in the child; one forked after it used the chip keeps the parent's."""
-    from . import host_model
+    from hf_tpu.emulator import host_model
 
     def rebind() -> None:
         child = host_model.from_env(generation, profile)

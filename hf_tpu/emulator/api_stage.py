@@ -9,11 +9,12 @@ torch_tpu they raise, pointing at ``torch.accelerator``. Libraries that call the
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from hf_tpu import settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,7 +45,7 @@ _ABSL_TRUE = ("1", "true", "t", "yes", "y")
 def _legacy_apis_allowed() -> bool:
     """``TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS``, read once as TorchTPU reads it: an absl boolean (1/true/t/yes/y,
     any case; anything else is false), announced as an experimental setting when set."""
-    value = os.environ.get("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS")
+    value = settings.text("TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS")
     if value is None:
         return False
     warnings.warn(

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _build, gaps, graph_cache, numerics
+from hf_tpu.emulator import _build, gaps, graph_cache, numerics
 
 
 @dataclass
@@ -46,7 +46,7 @@ _lock = threading.Lock()  # guards the graph cache and its stats; nothing under 
 def cache_stats() -> PerfStats:
     """Compiled graphs (``_stats``) and eager executables (the core's model, ``executables``) together, as
     TorchTPU's one executable cache counts them."""
-    from . import executables
+    from hf_tpu.emulator import executables
 
     requests, hits, persisted_hits, compilations = executables.stats()
     with _lock:
@@ -61,7 +61,7 @@ def cache_stats() -> PerfStats:
 
 def clear_cache() -> None:
     global _stats
-    from . import executables
+    from hf_tpu.emulator import executables
 
     with _lock:
         _cache.clear()
@@ -91,9 +91,9 @@ def _deterministic() -> Iterator[None]:
 
 
 def _cxx_available() -> bool:
-    from .._env import choice
+    from hf_tpu import settings
 
-    if choice("HF_TPU_COMPILE_FALLBACK", ("aot_eager",)) == "aot_eager":
+    if settings.get("HF_TPU_COMPILE_FALLBACK") == "aot_eager":
         return False
     return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
@@ -566,7 +566,7 @@ def install() -> None:
     Dynamo costs over a second to import, so the backend is registered when Dynamo is first
     imported (by ``torch.compile`` or anything else), not during ``import torch``.
     """
-    from .._import_hooks import when_imported
+    from hf_tpu.plumbing.import_hooks import when_imported
 
     graph_cache.install()
     when_imported("torch._dynamo", _register_with_dynamo)
@@ -576,7 +576,7 @@ def install() -> None:
 
     @functools.wraps(original_compile)
     def compile(model: Any = None, *, backend: Any = _UNSET, dynamic: Any = _UNSET, **kwargs: Any) -> Any:  # noqa: A001
-        from .. import recompiles
+        from hf_tpu import recompiles
 
         recompiles.install()  # start the recompile report before the first graph
         if backend is _UNSET or backend is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import os
 import sys
 import time
 import types
@@ -20,10 +19,11 @@ from typing import Any
 
 import torch
 
-from . import _build, compile, numerics
-from .api_stage import check_internal, experimental, internal, warn_experimental
-from .generations import Generation, format_bytes
-from .host_model import Host
+from hf_tpu import settings
+from hf_tpu.emulator import _build, compile, numerics
+from hf_tpu.emulator.api_stage import check_internal, experimental, internal, warn_experimental
+from hf_tpu.emulator.generations import Generation, format_bytes
+from hf_tpu.emulator.host_model import Host
 
 PUBLIC_NAMES = (
     "is_available",
@@ -226,9 +226,9 @@ class TpuModule(types.ModuleType):
         self._capacity = capacity
         self._host = host
         self._eager_mode = EagerMode.DEFER_NEVER
-        if os.environ.get("TORCH_TPU_DEFER_AND_FUSE") == "1":
+        if settings.text("TORCH_TPU_DEFER_AND_FUSE") == "1":
             self._eager_mode = EagerMode.DEFER_AND_FUSE
-        if os.environ.get("TORCH_TPU_LAUNCH_BLOCKING") == "1":
+        if settings.text("TORCH_TPU_LAUNCH_BLOCKING") == "1":
             self._eager_mode = EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
         self._allow_excess_precision = False
         self._autocast_enabled = False
@@ -507,7 +507,7 @@ class TpuModule(types.ModuleType):
 
 def build_module(generation: Generation, capacity: int, host: Host) -> TpuModule:
     """Create ``torch.tpu`` and its submodules."""
-    from . import pallas, submodules, tpu_ops, tpu_optimizers
+    from hf_tpu.emulator import pallas, submodules, tpu_ops, tpu_optimizers
 
     builders = {
         "compiler": submodules.build_compiler,

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _build
+from hf_tpu import settings
+from hf_tpu.emulator import _build
 
 BACKEND_NAMES = ("tpu_dist", "tpu")
 
@@ -206,9 +207,7 @@ def join_timeout() -> datetime.timedelta:
     Separate from the collectives' timeout, which callers set long on purpose (transformers uses 2 h because
     sharded loading skews ranks): a rank that never starts must not hold the others for hours.
     """
-    from .._env import seconds
-
-    return datetime.timedelta(seconds=seconds("HF_TPU_JOIN_TIMEOUT", 300.0))
+    return datetime.timedelta(seconds=settings.get("HF_TPU_JOIN_TIMEOUT"))
 
 
 def _join(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> None:
@@ -231,7 +230,7 @@ def _where_everyone_is(store: dist.Store, rank: int, size: int) -> list[dict[str
     """Each rank's host (the emulated host's name), machine and pid, published through the group's store."""
     import json
 
-    mine = {"host": os.environ.get("HF_TPU_EMULATOR_HOST") or socket.gethostname(), "machine": socket.gethostname(),
+    mine = {"host": settings.text("HF_TPU_EMULATOR_HOST") or socket.gethostname(), "machine": socket.gethostname(),
             "pid": os.getpid()}  # fmt: skip
     if size == 1:
         return [mine]
@@ -288,16 +287,16 @@ def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None 
     import time
 
     os.environ.setdefault("TORCH_TPU_XPROF_SESSION_ID", str(time.time_ns()))
-    listed = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    listed = settings.text("TPU_WORKER_HOSTNAMES") or ""
     hosts = [h for h in listed.split(",") if h]
     if nnodes is not None and hosts and nnodes != len(hosts):
         raise ValueError(
             "set_tpu_launch_env(): expected nnodes to match the number of hosts in environment variable "
             f'TPU_WORKER_HOSTNAMES ({len(hosts)}: "{listed}"), got {nnodes}'
         )
-    completion_index = os.environ.get("JOB_COMPLETION_INDEX")
+    completion_index = settings.text("JOB_COMPLETION_INDEX")
     if not ((nnodes or 1) > 1 or len(hosts) > 1 or completion_index is not None):
-        n = int(nproc_per_node or os.environ.get("WORLD_SIZE") or 1)
+        n = int(nproc_per_node or settings.text("WORLD_SIZE") or 1)
         os.environ.setdefault(
             "TORCH_TPU_SLICEBUILDER_ADDRESSES", ",".join(f"localhost:{_free_port()}" for _ in range(n))
         )
@@ -312,17 +311,17 @@ def set_tpu_launch_env(*, nnodes: int | None = None, nproc_per_node: int | None 
             )
         return hosts
 
-    slice_topology = os.environ.get("TORCH_TPU_TOPOLOGY")
-    if "TORCH_TPU_SLICEBUILDER_ADDRESSES" not in os.environ:
-        base = int(os.environ.get("TORCH_TPU_BASE_PORT", "8070"))
-        per_host = int(os.environ.get("TORCH_TPU_DEVICES_PER_HOST") or nproc_per_node or 8)
+    slice_topology = settings.text("TORCH_TPU_TOPOLOGY")
+    if settings.text("TORCH_TPU_SLICEBUILDER_ADDRESSES") is None:
+        base = int(settings.text("TORCH_TPU_BASE_PORT") or "8070")
+        per_host = int(settings.text("TORCH_TPU_DEVICES_PER_HOST") or nproc_per_node or 8)
         os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"] = ",".join(
             f"{host}:{base + i}" for host in require_hosts() for i in range(per_host)
         )
-    if "NNODES" not in os.environ:
+    if settings.text("NNODES") is None:
         os.environ["NNODES"] = str(nnodes if nnodes is not None else len(require_hosts()))
-    if "NODE_RANK" not in os.environ:
-        index = os.environ.get("HF_TPU_EMULATOR_HOST_INDEX")  # what the emulated chips' coordinates say
+    if settings.text("NODE_RANK") is None:
+        index = settings.text("HF_TPU_EMULATOR_HOST_INDEX")  # what the emulated chips' coordinates say
         if slice_topology and index is not None:
             os.environ["NODE_RANK"] = index
         elif completion_index is not None:

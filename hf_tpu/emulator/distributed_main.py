@@ -8,23 +8,25 @@ a launch script can ``eval "$(python -m torch.tpu.distributed)"``.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 
+from hf_tpu import settings
+
 
 def main() -> None:
     torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=torch.accelerator.device_count())
-    addresses = os.environ.get("TORCH_TPU_SLICEBUILDER_ADDRESSES", "")
+    addresses = settings.text("TORCH_TPU_SLICEBUILDER_ADDRESSES") or ""
     lines = [
-        f'TORCH_TPU_TOPOLOGY="{os.environ.get("TORCH_TPU_TOPOLOGY", "")}"',
+        f'TORCH_TPU_TOPOLOGY="{settings.text("TORCH_TPU_TOPOLOGY") or ""}"',
         f'TORCH_TPU_SLICEBUILDER_ADDRESSES="{addresses}"',
-        f'TORCH_TPU_XPROF_SESSION_ID="{os.environ.get("TORCH_TPU_XPROF_SESSION_ID", "")}"',
+        f'TORCH_TPU_XPROF_SESSION_ID="{settings.text("TORCH_TPU_XPROF_SESSION_ID") or ""}"',
         f"WORLD_SIZE={len(addresses.split(',')) if addresses else torch.accelerator.device_count()}",
-        f'NODE_RANK="{os.environ.get("NODE_RANK", "0")}"',
+        f'NODE_RANK="{settings.text("NODE_RANK") or "0"}"',
     ]
-    lines += [f'{name}="{os.environ[name]}"' for name in ("NNODES", "MASTER_ADDR", "MASTER_PORT") if name in os.environ]
+    set_by_launch = {name: settings.text(name) for name in ("NNODES", "MASTER_ADDR", "MASTER_PORT")}
+    lines += [f'{name}="{value}"' for name, value in set_by_launch.items() if value is not None]
     sys.stdout.write("\n".join(lines) + "\n")
 
 

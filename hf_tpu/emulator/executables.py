@@ -16,8 +16,8 @@ import os
 from array import array
 from pathlib import Path
 
-from .. import compile_cache
-from . import _build
+from hf_tpu.emulator import _build
+from hf_tpu.plumbing import compile_cache
 
 
 def _file() -> Path:

@@ -66,6 +66,6 @@ def patch(module: ModuleType) -> None:
 
 
 def install() -> None:
-    from .._import_hooks import when_imported
+    from hf_tpu.plumbing.import_hooks import when_imported
 
     when_imported("torch.nn.attention.flex_attention", patch)

@@ -11,13 +11,13 @@ reports (``host``).
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import torch
 
-from . import _build, op_coverage
-from .host_model import Host
+from hf_tpu import settings
+from hf_tpu.emulator import _build, op_coverage
+from hf_tpu.emulator.host_model import Host
 
 # The C++ core's gaps are named by the core itself (``gap_names()``, gaps.cpp's table); these are the
 # Python-level ones (names as in hf_tpu.gaps).
@@ -68,19 +68,13 @@ def fixed_in_release() -> frozenset[str]:
     """Gaps of the table that TorchTPU had before, and fixed by :data:`RELEASE`."""
     from packaging.version import Version
 
-    from ..gaps import GAPS
+    from hf_tpu.gaps import GAPS
 
     return frozenset(g.name for g in GAPS if g.fixed_in is not None and Version(g.fixed_in) <= Version(RELEASE))
 
 
 def abort_mode() -> bool:
-    value = os.environ.get("HF_TPU_EMULATOR_GAPS", "raise").strip().lower() or "raise"
-    if value not in ("raise", "abort"):
-        raise ValueError(
-            f"HF_TPU_EMULATOR_GAPS={value!r}: use 'raise' (the default: where TorchTPU aborts the process, the "
-            "emulator raises a RuntimeError saying so) or 'abort' (abort like the chip, for harness tests)."
-        )
-    return value == "abort"
+    return settings.get("HF_TPU_EMULATOR_GAPS") == "abort"
 
 
 def install(host: Host) -> None:

@@ -26,7 +26,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from .. import compile_cache
+from hf_tpu import settings
+from hf_tpu.plumbing import compile_cache
 
 
 def aot_cache_enabled() -> bool:
@@ -57,9 +58,9 @@ def install() -> None:
 
     if hasattr(torch._functorch.config, "bundled_autograd_cache"):
         torch._functorch.config.bundled_autograd_cache = True
-    from .._import_hooks import when_imported
+    from hf_tpu.plumbing.import_hooks import when_imported
 
-    if os.environ.get(compile_cache.INDUCTOR, _inductor_default()) == _inductor_default():
+    if (settings.text(compile_cache.INDUCTOR) or _inductor_default()) == _inductor_default():
         os.environ[compile_cache.INDUCTOR] = str(compile_cache.inductor_dir())
     when_imported("torch._inductor.cpu_vec_isa", lambda _module: remember_isa_probes())
 

@@ -27,7 +27,8 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 
-from .generations import GENERATIONS, Generation
+from hf_tpu import settings
+from hf_tpu.emulator.generations import GENERATIONS, Generation
 
 PROFILES = ("torch_tpu", "ideal")
 DEFAULT_PROFILE = "torch_tpu"
@@ -63,13 +64,7 @@ class Host:
 
 
 def profile_from_env() -> str:
-    value = os.environ.get("HF_TPU_EMULATOR_PROFILE", DEFAULT_PROFILE).strip().lower() or DEFAULT_PROFILE
-    if value not in PROFILES:
-        raise ValueError(
-            f"HF_TPU_EMULATOR_PROFILE={value!r} is not a profile; use 'torch_tpu' (TPU numerics and TorchTPU's "
-            "known gaps, the default) or 'ideal' (CPU-exact, no gaps)."
-        )
-    return value
+    return settings.get("HF_TPU_EMULATOR_PROFILE")
 
 
 def _int_env(name: str, value: str) -> int:
@@ -103,7 +98,7 @@ def parse_slice(text: str) -> tuple[str, int]:
 
 def _visible_chips(chips: int) -> tuple[int, ...]:
     for name in ("TPU_VISIBLE_CHIPS", "TPU_VISIBLE_DEVICES"):
-        value = os.environ.get(name, "").strip()
+        value = settings.text(name) or ""
         if not value:
             continue
         try:
@@ -119,7 +114,7 @@ def _visible_chips(chips: int) -> tuple[int, ...]:
 
 def host_id() -> str:
     """This process tree's emulated host, made up (and exported to children) on first use."""
-    value = os.environ.get("HF_TPU_EMULATOR_HOST")
+    value = settings.text("HF_TPU_EMULATOR_HOST")
     if not value:
         value = f"{socket.gethostname()}-{os.getpid()}"
         os.environ["HF_TPU_EMULATOR_HOST"] = value
@@ -136,17 +131,18 @@ def lock_dir(host: str) -> str:
 def from_env(generation: Generation, profile: str) -> Host:
     """The host this process sees, from ``HF_TPU_EMULATOR_CHIPS`` / ``HF_TPU_EMULATOR_SLICE`` and the launch variables."""
     chips: int | None = None
-    slice_name = os.environ.get("HF_TPU_EMULATOR_SLICE")
+    slice_name = settings.text("HF_TPU_EMULATOR_SLICE")
     if slice_name:
         _, chips = parse_slice(slice_name)
-    if os.environ.get("HF_TPU_EMULATOR_CHIPS"):
-        chips = _int_env("HF_TPU_EMULATOR_CHIPS", os.environ["HF_TPU_EMULATOR_CHIPS"])
+    if settings.is_set("HF_TPU_EMULATOR_CHIPS"):
+        chips = _int_env("HF_TPU_EMULATOR_CHIPS", settings.get("HF_TPU_EMULATOR_CHIPS"))
     faithful = profile == "torch_tpu"
     ident = host_id()
     locks = lock_dir(ident) if faithful else None
-    if os.environ.get("LOCAL_RANK") is not None and os.environ.get("LOCAL_WORLD_SIZE") is not None:
-        rank = _int_env("LOCAL_RANK + 1", str(int(os.environ["LOCAL_RANK"]) + 1)) - 1
-        ranks = _int_env("LOCAL_WORLD_SIZE", os.environ["LOCAL_WORLD_SIZE"])
+    local_rank, local_ranks = settings.text("LOCAL_RANK"), settings.text("LOCAL_WORLD_SIZE")
+    if local_rank is not None and local_ranks is not None:
+        rank = _int_env("LOCAL_RANK + 1", str(int(local_rank) + 1)) - 1
+        ranks = _int_env("LOCAL_WORLD_SIZE", local_ranks)
         if chips is None:
             chips = ranks  # the launch sizes the host
         if rank >= chips:
@@ -159,3 +155,16 @@ def from_env(generation: Generation, profile: str) -> Host:
     visible = _visible_chips(chips)
     reported = chips if faithful else len(visible)
     return Host(generation, chips, visible, reported, None, ident, profile, locks)
+
+
+_active: Host | None = None  # this process's view, once the emulator is enabled
+
+
+def active() -> Host | None:
+    """This process's view of the emulated host, once :func:`hf_tpu.emulator.enable` has set the device up."""
+    return _active
+
+
+def set_active(view: Host) -> None:
+    global _active
+    _active = view

@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _build
+from hf_tpu.emulator import _build
 
 TORCH_NAMES = ("medium", "high", "highest")  # index = the core's precision code (DEFAULT, HIGH, HIGHEST)
 _lock = threading.Lock()  # guards the precision stack; nothing under it imports or calls out

@@ -4,7 +4,7 @@
 run on the real wheel (XLA:CPU) against CPU: per OpInfo and dtype, whether it agrees, is refused ("'aten::X' is
 not implemented for TPU"), differs in value, errs or aborts. The refused operators are what the profile makes
 raise TorchTPU's own error, so code that only works on the emulator fails on it as it would on the chip. The rest
-of the table is data for README and bug reports: the emulator does not reproduce a wrong value or an abort.
+of the table is data for docs/gaps.md and bug reports: the emulator does not reproduce a wrong value or an abort.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from . import _build
-from .api_stage import warn_experimental
+from hf_tpu.emulator import _build
+from hf_tpu.emulator.api_stage import warn_experimental
 
 _NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]\w*$")
 # TorchTPU's schema types for static (non-tensor) parameters: ints are SymInt, as for torch's own ops.

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .api_stage import warn_experimental
+from hf_tpu.emulator.api_stage import warn_experimental
 
 
 def build_compiler() -> types.ModuleType:
@@ -93,7 +93,7 @@ def build_distributed() -> types.ModuleType:
         """Global ranks laid out as ``mesh_shape`` (int64), for ``DeviceMesh("tpu", mesh=...)``: the emulated
         chips in (slice, host, chip) order, split across slices along ``dcn_mesh_shape`` (inferred: the outermost
         axis longer than 1) as TorchTPU's hybrid mesh. Needs an initialised process group (a collective)."""
-        from .topology import gather_chips, rank_layout
+        from hf_tpu.emulator.topology import gather_chips, rank_layout
 
         if not torch.distributed.is_initialized():
             raise RuntimeError(
@@ -116,7 +116,7 @@ def build_distributed() -> types.ModuleType:
 
         return wrapper
 
-    from .distributed import set_tpu_launch_env
+    from hf_tpu.emulator.distributed import set_tpu_launch_env
 
     mod.topology_aware_mesh = topology_aware_mesh
     mod.spmd_safe = spmd_safe

@@ -10,12 +10,13 @@ the mesh is TorchTPU's hybrid one: ``mesh_shape / dcn_mesh_shape`` per slice (IC
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from hf_tpu import settings
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,12 @@ class Chip:
 
 
 def local_chip() -> tuple[int | None, int, int]:
-    from . import host as emulated_host
+    from hf_tpu.emulator import host_model
 
-    slice_id = os.environ.get("MEGASCALE_SLICE_ID")
-    visible = emulated_host().visible if emulated_host() is not None else (0,)
-    return (int(slice_id) if slice_id else None), int(os.environ.get("HF_TPU_EMULATOR_HOST_INDEX", "0")), visible[0]
+    slice_id = settings.text("MEGASCALE_SLICE_ID")
+    active = host_model.active()
+    visible = active.visible if active is not None else (0,)
+    return (int(slice_id) if slice_id else None), int(settings.get("HF_TPU_EMULATOR_HOST_INDEX")), visible[0]
 
 
 def gather_chips(group: object = None) -> list[Chip]:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .api_stage import warn_experimental
+from hf_tpu.emulator.api_stage import warn_experimental
 
 SCHEMAS = {
     "_all_gather_dim": "(Tensor input, int dim, int group_size, str group_name) -> Tensor",

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 from torch.utils import _pytree
 
-from .api_stage import warn_experimental
+from hf_tpu.emulator.api_stage import warn_experimental
 
 
 def _named(params: dict[str, torch.Tensor] | torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -121,7 +121,7 @@ class AdamW(Optimizer):
         return self.ParamGroup(params, _zeros(params, dtype), _zeros(params, dtype), _steps(params, 0.0))
 
     def step(self, param_group: _AdamWParamGroup, grads: dict[str, torch.Tensor]) -> _AdamWParamGroup:
-        from . import gaps
+        from hf_tpu.emulator import gaps
 
         for name, p in param_group.params.items():
             g = -grads[name] if self._maximize else grads[name]

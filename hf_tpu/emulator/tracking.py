@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from . import _build
-from .generations import format_bytes
+from hf_tpu.emulator import _build
+from hf_tpu.emulator.generations import format_bytes
 
 _KINDS = ("host_to_device", "device_to_host", "sync")
 # Frames in these trees are not "the user's": the standard library, installed packages

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
-from . import GAPS, get
+from hf_tpu.gaps import GAPS, get
 
 NOT_APPLICABLE = 3
 

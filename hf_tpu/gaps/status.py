@@ -8,12 +8,12 @@ the profile and chip count on the emulator) in ``$HF_TPU_CACHE/gaps/<key>.json``
 from __future__ import annotations
 
 import json
-import os
 import time
 from importlib import metadata
 from pathlib import Path
 
-from . import get
+from hf_tpu import settings
+from hf_tpu.gaps import get
 
 _ON = ("", "1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
@@ -21,12 +21,7 @@ _OFF = ("0", "false", "no", "off")
 
 def workarounds_enabled() -> bool:
     """``HF_TPU_WORKAROUNDS``: on unless ``0``."""
-    value = os.environ.get("HF_TPU_WORKAROUNDS", "").strip().lower()
-    if value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise ValueError(f"HF_TPU_WORKAROUNDS={value!r}: use 1 (the default: workarounds on) or 0 (all off).")
+    return settings.get("HF_TPU_WORKAROUNDS")
 
 
 def _version(dist: str) -> str:
@@ -40,12 +35,12 @@ def backend_key() -> str:
     """Which backend a measurement belongs to."""
     import torch
 
-    from .. import emulator
+    from hf_tpu import emulator
 
     host = emulator.host()
     if host is not None:
         return f"emulated-{host.profile}-{host.usable}chips-hf_tpu-{_version('hf-tpu')}-torch-{torch.__version__}"
-    from .. import xla_cpu
+    from hf_tpu import xla_cpu
 
     if xla_cpu.active():
         return f"torch_tpu-{_version('torch-tpu')}-xla_cpu-{_version('lammps-jax-pjrt-cpu')}-torch-{torch.__version__}"
@@ -53,9 +48,9 @@ def backend_key() -> str:
 
 
 def measurement_path() -> Path:
-    if os.environ.get("HF_TPU_GAPS_FILE"):
-        return Path(os.environ["HF_TPU_GAPS_FILE"])
-    from .._cache import cache_root
+    if settings.is_set("HF_TPU_GAPS_FILE"):
+        return Path(settings.get("HF_TPU_GAPS_FILE"))
+    from hf_tpu.plumbing.cache import cache_root
 
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in backend_key())
     return cache_root() / "gaps" / f"{safe}.json"
@@ -97,7 +92,7 @@ def present(name: str) -> tuple[bool, str]:
     if measured is not None and measured["gaps"].get(name) in ("present", "fixed"):
         result = measured["gaps"][name]
         return result == "present", f"hf-tpu gaps measured it {result} on {measured['measured']}"
-    from .. import emulator, xla_cpu
+    from hf_tpu import emulator, xla_cpu
 
     if xla_cpu.active() and get(name).hidden_on_xla_cpu:
         return False, f"the real wheel on XLA:CPU cannot show it ({get(name).hidden_on_xla_cpu})"

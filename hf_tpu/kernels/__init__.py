@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .experts import (
+    from hf_tpu.kernels.experts import (
         EXPERTS_IMPLEMENTATION,
         HUB_REPOS,
         KERNEL_DIR,
@@ -41,7 +41,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import experts
+        from hf_tpu.kernels import experts
 
         return getattr(experts, name)
     raise AttributeError(f"module 'hf_tpu.kernels' has no attribute {name!r}")
@@ -49,6 +49,6 @@ def __getattr__(name: str) -> Any:
 
 def install() -> None:
     """Attach this integration's hooks when its library is imported. Idempotent."""
-    from .experts import install as _install
+    from hf_tpu.kernels.experts import install as _install
 
     _install()

@@ -15,8 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .._backend import on_tpu
-from ..fixes import Fix, install_patches
+from hf_tpu.fixes import Fix, install_patches
+from hf_tpu.plumbing.backend import on_tpu
 
 if TYPE_CHECKING:
     import torch

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._core import (
+    from hf_tpu.tp_plans._core import (
         HEAD_ATTRS,
         DerivedPlan,
         IfPresent,
@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
     # Lazy, so that importing this package (or its `measure` module) before torch cannot re-enter torch's
     # autoload, which calls install().
     if name in __all__ and name != "install":
-        from . import _core
+        from hf_tpu.tp_plans import _core
 
         return getattr(_core, name)
     raise AttributeError(f"module 'hf_tpu.tp_plans' has no attribute {name!r}")
@@ -71,10 +71,10 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    from ..fixes import install_patches
-    from . import diffusers as _diffusers
-    from . import transformers as _transformers
-    from ._builtin import register_builtin
+    from hf_tpu.fixes import install_patches
+    from hf_tpu.tp_plans import diffusers as _diffusers
+    from hf_tpu.tp_plans import transformers as _transformers
+    from hf_tpu.tp_plans._builtin import register_builtin
 
     register_builtin()
     install_patches((*_transformers.PATCHES, *_diffusers.PATCHES))

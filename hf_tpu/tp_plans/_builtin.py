@@ -9,7 +9,7 @@ ships an expert-parallel plan only). GPT-2, Falcon and Bloom are left out: their
 
 from __future__ import annotations
 
-from ._core import IfPresent, TPPlan, register
+from hf_tpu.tp_plans._core import IfPresent, TPPlan, register
 
 _LLAMA_LIKE_ATTN = {
     "layers.*.self_attn.q_proj": "colwise",

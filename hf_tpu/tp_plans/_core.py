@@ -67,7 +67,7 @@ class TPPlan:
             projections are sharded (OPT's attention reshapes with ``self.num_heads``).
         replicated: module prefixes left whole on purpose (small towers, norms): documentation, and the
             coverage check accepts them.
-        why: one line for the README table.
+        why: one line for the plan table (docs/tensor-parallel.md).
     """
 
     plan: Mapping[str, Any]

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from .._backend import on_tpu
-from ..fixes import Fix
-from ._core import IfPresent, divide_heads, get
+from hf_tpu.fixes import Fix
+from hf_tpu.plumbing.backend import on_tpu
+from hf_tpu.tp_plans._core import IfPresent, divide_heads, get
 
 
 class RegistryPlan(dict):
@@ -111,7 +111,7 @@ def tp_device_is_the_bound_chip(module: ModuleType) -> None:
             and torch.distributed.is_initialized()
             and tp.tp_degree == torch.distributed.get_world_size()
         ):
-            from .transformers import topology_mesh
+            from hf_tpu.tp_plans.transformers import topology_mesh
 
             tp.mesh = topology_mesh((tp.tp_degree,), ("tp",))
         resolved = original(self, config)

@@ -7,15 +7,15 @@ Installed on TPU processes only (real or emulated), and each patch also checks t
 from __future__ import annotations
 
 import functools
-import os
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from .._backend import on_tpu
-from ..fixes import Fix
-from ._core import PlanError, divide_heads, plan_for, validate_plan
+from hf_tpu import settings
+from hf_tpu.fixes import Fix
+from hf_tpu.plumbing.backend import on_tpu
+from hf_tpu.tp_plans._core import PlanError, divide_heads, plan_for, validate_plan
 
 LAUNCH_HINT = "hf-tpu launch -n N script.py"
 
@@ -37,7 +37,7 @@ def tp_size_from_launch(module: ModuleType) -> None:
 
 def _launch_error(config: Any) -> RuntimeError | None:
     """The G6 error when this process is not one rank of a launch, else None."""
-    if "WORLD_SIZE" in os.environ or torch.distributed.is_initialized():
+    if settings.text("WORLD_SIZE") is not None or torch.distributed.is_initialized():
         return None
     if getattr(config, "_hf_tpu_tp_from_env", False) and config.tp_size == 1:
         what = f"tp_plan={config.tp_plan!r} without tp_size"
@@ -145,7 +145,7 @@ def tp_topology_aware_mesh(module: ModuleType) -> None:
         world = torch.distributed.get_world_size()
         if world != (expected := shape[0] * shape[1] * shape[2] * shape[3]):
             raise RuntimeError(f"The parallel mesh requires {expected} processes, but world_size is {world}.")
-        device_map = module._bind_local_device("tpu", int(os.environ.get("LOCAL_RANK", 0)))
+        device_map = module._bind_local_device("tpu", int(settings.text("LOCAL_RANK") or 0))
         dense = topology_mesh(shape, ("pp", "dp_replicate", "fsdp", "tp"))
         expert_shape = (c.pp_size, c.dp_replicate_size, c.efsdp_size, c.ep_size)
         expert = topology_mesh(expert_shape, ("pp", "dp_replicate", "efsdp", "ep"))

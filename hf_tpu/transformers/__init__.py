@@ -6,13 +6,13 @@ Hooks attach when transformers is imported, never before. Public helpers:
 
 from __future__ import annotations
 
-from .bucketing import DEFAULT_BUCKETS, pad_to_bucket
+from hf_tpu.transformers.bucketing import DEFAULT_BUCKETS, pad_to_bucket
 
 __all__ = ["DEFAULT_BUCKETS", "install", "pad_to_bucket"]
 
 
 def install() -> None:
     """Attach the patches when (or now, if) transformers' modules are imported. Idempotent."""
-    from .patches import install as _install
+    from hf_tpu.transformers.patches import install as _install
 
     _install()

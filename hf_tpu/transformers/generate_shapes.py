@@ -61,9 +61,9 @@ _NEUTRAL = {
 
 
 def enabled() -> bool:
-    from .._env import flag
+    from hf_tpu import settings
 
-    return flag(SWITCH, default=True)
+    return settings.get(SWITCH)
 
 
 def bucket(length: int) -> int:

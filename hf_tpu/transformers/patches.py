@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from .._backend import on_tpu
-from ..fixes import Fix, install_patches
+from hf_tpu.fixes import Fix, install_patches
+from hf_tpu.plumbing.backend import on_tpu
 
 
 def _size(n: float) -> str:
-    from ..emulator.generations import format_bytes
+    from hf_tpu.emulator.generations import format_bytes
 
     return format_bytes(int(n))
 
@@ -220,7 +220,7 @@ def generate_at_fixed_shapes(module: ModuleType) -> Callable[[], None]:
     """generate() on tpu with no cache chosen runs on a power-of-two static cache with the prompt left-padded (on
     the host) to a bucket, padding stripped from the result: the same tokens, and no compilation for a new prompt
     length once its bucket is warm (see hf_tpu.transformers.generate_shapes)."""
-    from .generate_shapes import wrap_generate
+    from hf_tpu.transformers.generate_shapes import wrap_generate
 
     cls = module.GenerationMixin
     original = cls.generate
@@ -237,7 +237,7 @@ def trainer_batches_at_fixed_shapes(module: ModuleType) -> Callable[[], None]:
     """Trainer on tpu pads each batch's sequence length to a power of two and the last training batch's rows to
     the batch size (mask 0 / label -100): the same losses, and no compilation for a new length once its bucket
     ran (see hf_tpu.transformers.train_shapes)."""
-    from .train_shapes import wrap_get_dataloader
+    from hf_tpu.transformers.train_shapes import wrap_get_dataloader
 
     cls = module.Trainer
     original = cls._get_dataloader

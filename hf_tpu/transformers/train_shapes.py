@@ -26,9 +26,9 @@ _PAD_ROWS = dict(_PAD_COLUMNS, attention_mask=1)  # a padded row attends to itse
 
 
 def enabled() -> bool:
-    from .._env import flag
+    from hf_tpu import settings
 
-    return flag(SWITCH, default=True)
+    return settings.get(SWITCH)
 
 
 def bucket(length: int) -> int:
@@ -105,7 +105,7 @@ def wrap_get_dataloader(original: Callable[..., Any]) -> Callable[..., Any]:
     """``Trainer._get_dataloader`` that collates at bucketed shapes on tpu."""
     import functools
 
-    from .._backend import on_tpu
+    from hf_tpu.plumbing.backend import on_tpu
 
     @functools.wraps(original)
     def _get_dataloader(self: Any, dataset: Any, description: str, batch_size: int, *args: Any, **kwargs: Any) -> Any:

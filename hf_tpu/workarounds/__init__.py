@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .. import fixes
-from ..fixes import Fix
+from hf_tpu import fixes
+from hf_tpu.fixes import Fix
 
 
 def _fix(name: str, gap: str, target: str, module: ModuleType, *, trigger: str | None = None) -> Fix:
@@ -20,7 +20,7 @@ def _fix(name: str, gap: str, target: str, module: ModuleType, *, trigger: str |
 
 
 def _table() -> tuple[Fix, ...]:
-    from . import (
+    from hf_tpu.workarounds import (
         attention,
         autocast_default,
         autocast_dtype,
@@ -125,7 +125,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    from ..gaps.status import present, workarounds_enabled
+    from hf_tpu.gaps.status import present, workarounds_enabled
 
     table = _table()
     fixes.register(table)

@@ -124,7 +124,7 @@ class TpuCompileHooks:
             self._rewrites[name] = rewrite
         if wrap is not None:
             self._wraps[name] = wrap
-        from .._import_hooks import when_imported
+        from hf_tpu.plumbing.import_hooks import when_imported
 
         when_imported("torch._dynamo", self._patch)
 

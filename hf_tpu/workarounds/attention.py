@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._tools import Wrapped
+from hf_tpu.workarounds._tools import Wrapped
 
 DIFFERENTIABLE_MASK = "attention_math_for_differentiable_mask"
 AT_HIGHEST = "attention_math_at_highest"
@@ -81,7 +81,7 @@ def _enable(name: str) -> None:
     global _wrapped
     _active.add(name)
     if _wrapped is None:
-        from .._import_hooks import when_imported
+        from hf_tpu.plumbing.import_hooks import when_imported
 
         when_imported("torch._dynamo", _constant_while_tracing)
         _wrapped = Wrapped(F, "scaled_dot_product_attention", _wrap)

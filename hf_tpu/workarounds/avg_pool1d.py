@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._tools import Patch
+from hf_tpu.workarounds._tools import Patch
 
 
 def _pair(value: Any, default: int) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ._tools import Patch
+from hf_tpu.workarounds._tools import Patch
 
 
 def _convert(index: tuple) -> tuple:

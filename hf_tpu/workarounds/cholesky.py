@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._tools import Kernels, on_cpu
+from hf_tpu.workarounds._tools import Kernels, on_cpu
 
 _kernels = Kernels()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ._tools import tpu_compile_hooks
+from hf_tpu.workarounds._tools import tpu_compile_hooks
 
 NAME = "unknown_compile_options_warn"
 # The keys TorchTPU 0.2.0's TpuBackend reads (and "tpu_backend", which its Inductor guard reads).

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ._tools import calling_like, tpu_compile_hooks
+from hf_tpu.workarounds._tools import calling_like, tpu_compile_hooks
 
 NAME = "compiled_graphs_take_cpu_inputs"
 

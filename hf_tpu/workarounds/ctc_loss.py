@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ._tools import Kernels, on_cpu
+from hf_tpu.workarounds._tools import Kernels, on_cpu
 
 _kernels = Kernels()
 _composite = Kernels()

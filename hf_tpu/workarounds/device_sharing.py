@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from .._backend import tpu_vfio_paths
+from hf_tpu.plumbing.chips import tpu_vfio_paths
 
 
 def holders(paths: list[str]) -> dict[str, list[tuple[int, str]]]:

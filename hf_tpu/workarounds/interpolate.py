@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._tools import Patch
+from hf_tpu.workarounds._tools import Patch
 
 
 def _same_size(input: torch.Tensor, size: Any, scale_factor: Any) -> bool:  # noqa: A002

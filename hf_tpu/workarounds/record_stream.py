@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._tools import Kernels
+from hf_tpu.workarounds._tools import Kernels
 
 _kernels = Kernels()
 

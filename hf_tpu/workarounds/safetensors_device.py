@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ._tools import Patch
+from hf_tpu.workarounds._tools import Patch
 
 
 def _is_tpu(device: Any) -> bool:

@@ -7,15 +7,16 @@ device maps) plans for chips it cannot use.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
 
+from hf_tpu import settings
+
 
 def apply() -> None:
     for name in ("TPU_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS"):
-        value = os.environ.get(name, "").strip()
+        value = settings.text(name) or ""
         if not value:
             continue
         visible = len([v for v in value.split(",") if v.strip()])

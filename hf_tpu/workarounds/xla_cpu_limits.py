@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._tools import Kernels, Patch, tpu_compile_hooks
+from hf_tpu.workarounds._tools import Kernels, Patch, tpu_compile_hooks
 
 
 def _scan(x: torch.Tensor, dim: int, combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], fill: Any):
@@ -188,7 +188,7 @@ def _host_memory_when_unknown(original: Callable[..., tuple[int, int]]) -> Calla
 
 def fixes() -> tuple[Any, ...]:
     """The registry's records of these workarounds (``hf_tpu.fixes``)."""
-    from ..fixes import Fix
+    from hf_tpu.fixes import Fix
 
     return (
         Fix(
@@ -223,7 +223,7 @@ def fixes() -> tuple[Any, ...]:
 
 def install() -> None:
     """Install every XLA:CPU workaround (only called in that mode)."""
-    from .. import fixes as registry
+    from hf_tpu import fixes as registry
 
     table = fixes()
     registry.register(table)

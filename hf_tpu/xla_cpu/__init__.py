@@ -23,7 +23,8 @@ import os
 import sys
 from typing import Any
 
-from .shim import Plugin, XlaCpuSetupError
+from hf_tpu import settings
+from hf_tpu.xla_cpu.shim import Plugin, XlaCpuSetupError
 
 __all__ = ["XlaCpuSetupError", "active", "compilations", "describe", "load", "prepare", "prepared", "requested"]
 
@@ -34,15 +35,11 @@ _prepared: dict[str, Any] = {}  # shim and plugin, once prepare() succeeded
 
 def requested() -> bool:
     """``HF_TPU_XLA_CPU`` as a yes/no value (anything else is an error naming it)."""
-    from .._env import flag
-
-    return flag("HF_TPU_XLA_CPU")
+    return settings.get("HF_TPU_XLA_CPU")
 
 
 def _check_alone() -> None:
-    from .._env import flag
-
-    if flag("HF_TPU_EMULATE"):
+    if settings.get("HF_TPU_EMULATE"):
         raise XlaCpuSetupError(
             "hf-tpu: HF_TPU_EMULATE=1 and HF_TPU_XLA_CPU=1 ask for two different 'tpu' devices in one process (the "
             "emulated TPU, and the real torch-tpu wheel on XLA:CPU); they cannot share it. Set one of them."
@@ -69,20 +66,20 @@ def prepare() -> bool:
     """
     if _prepared:
         return True
-    from .._backend import pci_tpu_count
+    from hf_tpu.plumbing.chips import pci_tpu_count
 
     if pci_tpu_count() > 0:
         return False
     _check_alone()
-    from . import shim
+    from hf_tpu.xla_cpu import shim
 
     found = shim.plugin()
     library = str(shim.ensure_built())
     loaded = sys.modules.get("torch_tpu")
-    if loaded is not None and os.environ.get("TPU_LIBRARY_PATH") != library:
+    if loaded is not None and settings.text("TPU_LIBRARY_PATH") != library:
         raise XlaCpuSetupError(
             "hf-tpu: HF_TPU_XLA_CPU=1, but torch-tpu was imported before hf-tpu could point it at XLA:CPU (its "
-            f"runtime is {os.environ.get('TPU_LIBRARY_PATH') or 'unset'}): the start-up file hf_tpu_xla_cpu.pth did "
+            f"runtime is {settings.text('TPU_LIBRARY_PATH') or 'unset'}): the start-up file hf_tpu_xla_cpu.pth did "
             "not run in this Python. Reinstall hf-tpu into this environment (`pip install --force-reinstall "
             "--no-deps hf-tpu`), or set HF_TPU_XLA_CPU=1 before Python starts."
         )
@@ -93,7 +90,7 @@ def prepare() -> bool:
     if hardware is not None:
         _one_chip(hardware)
     else:
-        from .._import_hooks import when_imported
+        from hf_tpu.plumbing.import_hooks import when_imported
 
         when_imported(_HARDWARE, _one_chip)
     _prepared.update(shim=library, plugin=found)
@@ -133,7 +130,7 @@ def compilations() -> tuple[int, float]:
     eager per-op executables and its compiled graphs alike. (0, 0.0) when this mode is off."""
     if not _prepared:
         return 0, 0.0
-    from . import shim
+    from hf_tpu.xla_cpu import shim
 
     try:
         return shim.counters(_prepared["shim"])
@@ -143,7 +140,7 @@ def compilations() -> tuple[int, float]:
 
 def describe() -> dict[str, str]:
     """What ``hf-tpu env`` shows about this mode."""
-    from . import shim
+    from hf_tpu.xla_cpu import shim
 
     if not _prepared:
         return {}

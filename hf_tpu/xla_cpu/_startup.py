@@ -7,7 +7,7 @@ A ``.pth`` file cannot fail cleanly, so a problem here is left for torch's backe
 
 from __future__ import annotations
 
-from . import prepare
+from hf_tpu.xla_cpu import prepare
 
 try:
     prepare()

@@ -23,7 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._cache import BuildLock, cache_root, ensure_writable, file_digest
+from hf_tpu import settings
+from hf_tpu.plumbing.cache import BuildLock, cache_root, ensure_writable, file_digest
 
 _SOURCE = Path(__file__).with_name("pjrt_shim.c")
 _CFLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden")
@@ -69,7 +70,7 @@ def _torch_tpu_version() -> str:
 
 def plugin_path() -> str:
     """``HF_TPU_XLA_CPU_PLUGIN`` when set (any CPU PJRT plugin), else the one lammps-jax-pjrt-cpu installs."""
-    explicit = os.environ.get("HF_TPU_XLA_CPU_PLUGIN", "").strip()
+    explicit = settings.text("HF_TPU_XLA_CPU_PLUGIN") or ""
     if explicit:
         if not os.path.isfile(explicit):
             raise XlaCpuSetupError(
@@ -160,7 +161,7 @@ def _verified(directory: Path) -> bool:
 
 
 def _compiler() -> str:
-    for candidate in (os.environ.get("CC", "").split()[:1] or []) + ["cc", "gcc", "clang"]:
+    for candidate in ((settings.text("CC") or "").split()[:1] or []) + ["cc", "gcc", "clang"]:
         if shutil.which(candidate):
             return candidate
     raise XlaCpuSetupError(

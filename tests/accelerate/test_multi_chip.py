@@ -75,7 +75,7 @@ def loop_on_one_chip(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dic
 def test_trainer_under_hf_tpu_launch_is_distributed_and_equals_one_process(tmp_path):
     single = one_chip("trainer", tmp_path / "one")
     assert single[0]["world_size"] == 1 and single[0]["parallel_mode"] == "ParallelMode.NOT_PARALLEL"
-    cmd = [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", str(WORKER), "trainer", str(tmp_path / "two")]
+    cmd = [sys.executable, "-m", "hf_tpu", "launch", "-n", "2", str(WORKER), "trainer", str(tmp_path / "two")]
     ranks = _run(cmd, _env(), ranks=2)
     assert {r["parallel_mode"] for r in ranks} == {"ParallelMode.DISTRIBUTED"}
     assert {r["device"] for r in ranks} == {"tpu:0"}  # each rank owns one chip, always tpu:0 (TorchTPU)

@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from hf_tpu import launch
 from hf_tpu.collectives import CollectiveCounts
+from hf_tpu.commands import launch
 from hf_tpu.emulator.topology import Chip, rank_layout
 from tests.conftest import run_python
 
@@ -121,7 +121,7 @@ def test_restarts_get_a_rendezvous_store_per_attempt():
 )
 def test_bad_launch_arguments_name_the_flag(args, env, message):
     proc = subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", *args, "x.py"],
+        [sys.executable, "-m", "hf_tpu", "launch", "-n", "2", *args, "x.py"],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -157,7 +157,7 @@ def test_a_collective_whose_peer_died_raises_naming_it(tmp_path):
     )
     proc = run_python(
         f"import sys; sys.argv = ['hf-tpu', 'launch', '-n', '2', {str(script)!r}]\n"
-        "from hf_tpu.cli import main\nraise SystemExit(main(sys.argv[1:]))",
+        "from hf_tpu.commands import main\nraise SystemExit(main(sys.argv[1:]))",
         env={},
         timeout=300,
     )

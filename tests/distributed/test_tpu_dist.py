@@ -18,7 +18,7 @@ def launch(n: int, *checks: str, timeout: float = 300) -> subprocess.CompletedPr
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
     env["PYTHONPATH"] = str(WORKER.parents[2])
     return subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", str(n), str(WORKER), *checks],
+        [sys.executable, "-m", "hf_tpu", "launch", "-n", str(n), str(WORKER), *checks],
         env=env,
         capture_output=True,
         text=True,

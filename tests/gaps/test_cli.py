@@ -18,7 +18,7 @@ from tests.conftest import child_env, run_python
 def hf_tpu(*args: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
     return subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", *args],
+        [sys.executable, "-m", "hf_tpu", *args],
         env={**full_env, **env},
         capture_output=True,
         text=True,
@@ -109,7 +109,8 @@ def test_a_measurement_overrides_the_table(tmp_path):
 
 
 def test_an_intermittent_gap_that_did_not_show_is_not_seen_and_keeps_its_workaround():
-    from hf_tpu.gaps import get, runner
+    from hf_tpu.commands import gaps as runner
+    from hf_tpu.gaps import get
 
     assert get("autograd_exit_abort").intermittent and not get("cholesky").intermittent
     assert runner._outcome(0, intermittent=True) == "not seen" and runner._outcome(0) == "fixed"

@@ -36,7 +36,7 @@ def launch(check: str, model: Path, out: Path, *flags: str, hosts: int = 2, chip
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATE", "HF_TPU_EMULATOR_HOST")}
     env["PYTHONPATH"] = str(ROOT)
     emulate = ["--emulate-hosts", str(hosts)] if hosts > 1 else []
-    cmd = [sys.executable, "-m", "hf_tpu.cli", "launch", *emulate, "-n", str(chips), *flags,
+    cmd = [sys.executable, "-m", "hf_tpu", "launch", *emulate, "-n", str(chips), *flags,
            str(WORKER), check, str(model), str(out)]  # fmt: skip
     # the timeout is the bound on a job that must end by itself (a dead host included): no hang
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -261,43 +261,41 @@ CASES: tuple[Case, ...] = (
     Case(
         "cli-launch-zero-chips",
         r"-n/--nproc must be at least 1, got 0",
-        argv=("-m", "hf_tpu.cli", "launch", "-n", "0", "x.py"),
+        argv=("-m", "hf_tpu", "launch", "-n", "0", "x.py"),
         kind="exits",
     ),
     Case(
         "cli-launch-not-a-number",
         r"invalid int value: 'two'",
-        argv=("-m", "hf_tpu.cli", "launch", "-n", "two", "x.py"),
+        argv=("-m", "hf_tpu", "launch", "-n", "two", "x.py"),
         kind="exits",
     ),
     Case(
         "cli-launch-missing-script",
         r"hf-tpu launch: /nonexistent/train.py on 1 chip\(s\) exited with status",
-        argv=("-m", "hf_tpu.cli", "launch", "-n", "1", "/nonexistent/train.py"),
+        argv=("-m", "hf_tpu", "launch", "-n", "1", "/nonexistent/train.py"),
         kind="exits",
         traceback_ok=True,
     ),
-    Case(
-        "cli-gaps-unknown", r"invalid choice: 'nope'", argv=("-m", "hf_tpu.cli", "gaps", "--show", "nope"), kind="exits"
-    ),
+    Case("cli-gaps-unknown", r"invalid choice: 'nope'", argv=("-m", "hf_tpu", "gaps", "--show", "nope"), kind="exits"),
     Case(
         "cli-gaps-zero-chips",
         r"--chips must be at least 1",
-        argv=("-m", "hf_tpu.cli", "gaps", "--chips", "0"),
+        argv=("-m", "hf_tpu", "gaps", "--chips", "0"),
         kind="exits",
     ),
     Case(
         "cli-build-unusable-cache",
         r"cannot use /proc/hf-tpu-cache.*HF_TPU_CACHE",
-        argv=("-m", "hf_tpu.cli", "build"),
+        argv=("-m", "hf_tpu", "build"),
         env={"HF_TPU_CACHE": "/proc/hf-tpu-cache"},
         kind="exits",
     ),
-    Case("cli-no-command", r"required: command|arguments are required", argv=("-m", "hf_tpu.cli"), kind="exits"),
+    Case("cli-no-command", r"required: command|arguments are required", argv=("-m", "hf_tpu"), kind="exits"),
     Case(
         "build-timeout-not-a-number",
         r"HF_TPU_BUILD_TIMEOUT='soon'",
-        "from hf_tpu import _cache\n_cache.build_timeout(RuntimeError)",
+        "from hf_tpu.plumbing import cache\ncache.build_timeout(RuntimeError)",
         {"HF_TPU_BUILD_TIMEOUT": "soon"},
     ),
     # ---- torch-tpu installed on a machine without a chip (a stand-in package: the real one needs libtpu)
@@ -312,7 +310,7 @@ CASES: tuple[Case, ...] = (
         "torch-tpu-installed-no-chip-info",
         r"torch-tpu is installed but no TPU chip is attached",
         env={"PYTHONPATH": "{fake_torch_tpu}"},
-        argv=("-m", "hf_tpu.cli", "info"),
+        argv=("-m", "hf_tpu", "info"),
         kind="prints",
     ),
     # ---- TorchTPU's strictness, kept

@@ -44,7 +44,7 @@ def test_no_rank_outlives_the_launcher(tmp_path, sig):
     script.write_text(RANK)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TPU_EMULATOR_HOST",)}
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", str(script), str(tmp_path)],
+        [sys.executable, "-m", "hf_tpu", "launch", "-n", "2", str(script), str(tmp_path)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -106,7 +106,7 @@ CLI_CELLS = list(itertools.product(VARIABLE, COMMANDS))
 def cli_cells():
     with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 1)) as pool:
         futures = {
-            (variable, name): pool.submit(_run, [sys.executable, "-m", "hf_tpu.cli", *COMMANDS[name]], _env(variable))
+            (variable, name): pool.submit(_run, [sys.executable, "-m", "hf_tpu", *COMMANDS[name]], _env(variable))
             for variable, name in CLI_CELLS
         }
         yield {key: future.result() for key, future in futures.items()}
@@ -144,7 +144,7 @@ def test_the_reported_lines_now_finish():
     """The two lines that hung: HF_TPU_EMULATE=1 with an explicit enable(), and `hf-tpu gaps` with the variable set."""
     proc = _run([sys.executable, "-c", "import hf_tpu.emulator as e; print(e.enable())"], _env("1"))
     assert proc is not None and proc.returncode == 0 and proc.stdout.strip() == "True", proc
-    proc = _run([sys.executable, "-m", "hf_tpu.cli", "gaps", "--only", "cholesky", "--no-save"], _env("1"))
+    proc = _run([sys.executable, "-m", "hf_tpu", "gaps", "--only", "cholesky", "--no-save"], _env("1"))
     assert proc is not None and "cholesky" in proc.stdout, proc
 
 
@@ -155,7 +155,7 @@ def test_check_run_under_every_value_finishes(tmp_path, variable):
 
     transformers.Qwen3Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, head_dim=16).save_pretrained(tmp_path)  # fmt: skip
-    proc = _run([sys.executable, "-m", "hf_tpu.cli", "check", str(tmp_path), "--run"], _env(variable))
+    proc = _run([sys.executable, "-m", "hf_tpu", "check", str(tmp_path), "--run"], _env(variable))
     assert proc is not None, f"hf-tpu check --run: no answer within {TIMEOUT} s: a hang"
     assert proc.returncode >= 0, proc.stderr[-2000:]
     if XLA_CPU and variable == "1":

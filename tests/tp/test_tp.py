@@ -35,7 +35,7 @@ def launch(n: int, root: Path, *checks: str, env: dict | None = None, timeout: f
     full_env["PYTHONPATH"] = str(HERE.parents[1])
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", str(n), str(WORKER), str(root), *checks],
+        [sys.executable, "-m", "hf_tpu", "launch", "-n", str(n), str(WORKER), str(root), *checks],
         env=full_env,
         capture_output=True,
         text=True,
@@ -227,7 +227,7 @@ def test_sd3_pipeline_image_equals_one_chip():
     example = HERE.parents[1] / "examples" / "diffusers_tp.py"
     env = {k: v for k, v in os.environ.items() if k != "HF_TPU_EMULATE"}
     proc = subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", "2", str(example), "--check"],
+        [sys.executable, "-m", "hf_tpu", "launch", "-n", "2", str(example), "--check"],
         env=env,
         capture_output=True,
         text=True,

@@ -48,7 +48,7 @@ def unexplained(result: dict) -> str | None:
 def test_the_real_wheel_has_the_gaps_the_emulator_reproduces():
     assert version("torch-tpu") == RELEASE, "the emulator's profile names another release than this wheel"
     proc = subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "gaps", "--json", "--no-save"],
+        [sys.executable, "-m", "hf_tpu", "gaps", "--json", "--no-save"],
         env={k: v for k, v in os.environ.items() if k != "HF_TPU_WORKAROUNDS"},
         capture_output=True,
         text=True,

@@ -152,11 +152,9 @@ def test_a_corrupt_shim_is_rebuilt(tmp_path):
 
 
 def test_env_and_info_name_the_backend_and_the_xla_cpu_workarounds():
-    info = subprocess.run([sys.executable, "-m", "hf_tpu.cli", "info"], capture_output=True, text=True, timeout=300)
+    info = subprocess.run([sys.executable, "-m", "hf_tpu", "info"], capture_output=True, text=True, timeout=300)
     assert "backend xla_cpu" in info.stdout, info.stderr[-2000:]
-    env = subprocess.run(
-        [sys.executable, "-m", "hf_tpu.cli", "env", "--json"], capture_output=True, text=True, timeout=300
-    )
+    env = subprocess.run([sys.executable, "-m", "hf_tpu", "env", "--json"], capture_output=True, text=True, timeout=300)
     report = json.loads(env.stdout)
     assert report["device"]["backend"] == "xla_cpu"
     assert report["device"]["xla_cpu"]["plugin_pjrt"] == "0.115"

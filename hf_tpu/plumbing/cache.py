@@ -15,13 +15,15 @@ import sys
 import time
 from pathlib import Path
 
+from hf_tpu import settings
+
 DEFAULT_BUILD_TIMEOUT = 1800.0
 
 
 def cache_root() -> Path:
     """``$HF_TPU_CACHE``, else ``$XDG_CACHE_HOME/hf-tpu``, else ``~/.cache/hf-tpu``."""
-    root = os.environ.get("HF_TPU_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hf-tpu"
+    root = settings.text("HF_TPU_CACHE") or os.path.join(
+        settings.text("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hf-tpu"
     )
     return Path(root)
 
@@ -45,11 +47,9 @@ def ensure_writable(directory: Path, what: str, error: type[Exception]) -> None:
 
 
 def build_timeout(error: type[Exception]) -> float:
-    from ._env import EnvError, seconds
-
     try:
-        return seconds("HF_TPU_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT)
-    except EnvError as err:
+        return settings.get("HF_TPU_BUILD_TIMEOUT")
+    except settings.EnvError as err:
         raise error(str(err)) from None
 
 

@@ -8,6 +8,7 @@ decides from then on which workarounds get installed.
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import json
 import os
@@ -15,8 +16,9 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
-from . import GAPS, get
-from .probes import NOT_APPLICABLE, script
+from hf_tpu import settings
+from hf_tpu.gaps import GAPS, get
+from hf_tpu.gaps.probes import NOT_APPLICABLE, script
 
 _INTERESTING = ("Error", "error:", "Check failed", "not implemented", "NotImplemented", "Aborted", "aborts")
 
@@ -65,7 +67,7 @@ def _environments(name: str, emulated: bool) -> tuple[dict[str, str], dict[str, 
         base["HF_TPU_EMULATE"] = "1"
     off, on = {**base, "HF_TPU_WORKAROUNDS": "0"}, dict(base)
     if emulated:  # each probe its own emulated host, so probes running side by side hold no chip of another's
-        host = os.environ.get("HF_TPU_EMULATOR_HOST") or f"hf-tpu-gaps-{os.getpid()}"
+        host = settings.text("HF_TPU_EMULATOR_HOST") or f"hf-tpu-gaps-{os.getpid()}"
         off["HF_TPU_EMULATOR_HOST"] = f"{host}-{name}-off"
         on["HF_TPU_EMULATOR_HOST"] = f"{host}-{name}-on"
     return off, on
@@ -74,14 +76,14 @@ def _environments(name: str, emulated: bool) -> tuple[dict[str, str], dict[str, 
 def run(names: list[str] | None = None, *, jobs: int | None = None, timeout: float = 600) -> list[Result]:
     """Probe the gaps (all, or ``names``) on this machine's TPU: the real one, the real wheel on XLA:CPU, or the
     emulator."""
-    from .._backend import needs_emulator
+    from hf_tpu.plumbing.backend import needs_emulator
 
     emulated = needs_emulator()
     names = names or [gap.name for gap in GAPS]
     for name in names:
         get(name)
     # On a chip, probes must not run side by side: each holds the chips it opens. XLA:CPU holds nothing.
-    from .. import xla_cpu
+    from hf_tpu import xla_cpu
 
     side_by_side = emulated or xla_cpu.requested()
     workers = 1 if not side_by_side else max(1, jobs or (os.cpu_count() or 1))
@@ -100,12 +102,12 @@ def run(names: list[str] | None = None, *, jobs: int | None = None, timeout: flo
 def _backend_label() -> str:
     import torch
 
-    from .. import emulator
-    from . import status
+    from hf_tpu import emulator
+    from hf_tpu.gaps import status
 
     host = emulator.host()
     if host is None:
-        from .. import xla_cpu
+        from hf_tpu import xla_cpu
 
         where = " on XLA:CPU (the real wheel, HF_TPU_XLA_CPU=1)" if xla_cpu.active() else ""
         return f"TorchTPU{where}, torch-tpu {status._version('torch-tpu')}, torch {torch.__version__}"
@@ -139,7 +141,7 @@ def format_table(results: list[Result]) -> str:
 
 def format_fixes() -> str:
     """The registry of hf-tpu's fixes in this process: upstream patches and backend workarounds."""
-    from .. import fixes
+    from hf_tpu import fixes
 
     rows = fixes.registered()
     count = {kind: sum(r.kind == kind for r in rows) for kind in ("workaround", "patch", "default", "xla_cpu_limit")}
@@ -156,37 +158,54 @@ def format_fixes() -> str:
     return "\n".join(lines)
 
 
-def main(args: object) -> int:
-    """The ``hf-tpu gaps`` command (arguments parsed in ``hf_tpu.cli``)."""
-    from .. import emulator
-    from .._backend import needs_emulator
-    from . import status
+def register(sub: argparse._SubParsersAction) -> None:
+    from hf_tpu.gaps import BY_NAME
 
-    if args.show:  # type: ignore[attr-defined]
-        sys.stdout.write(script(args.show))  # type: ignore[attr-defined]
+    gaps = sub.add_parser("gaps", help="probe the TPU backend's known gaps (each in its own process)")
+    gaps.add_argument("--show", choices=sorted(BY_NAME), help="print a gap's standalone probe and exit")
+    gaps.add_argument("--only", nargs="+", choices=sorted(BY_NAME), metavar="GAP", help="probe just these gaps")
+    gaps.add_argument("--chips", type=int, help="emulated TPU: chips on the emulated host (multi-chip gaps need 2+)")
+    gaps.add_argument("--jobs", type=int, help="emulated TPU: probes run side by side (default: CPU count)")
+    gaps.add_argument("--timeout", type=float, default=600, help="seconds per probe (default 600)")
+    gaps.add_argument("--json", action="store_true", help="print the results as JSON")
+    gaps.add_argument("--no-save", action="store_true", help="do not record the measurement for this machine")
+    gaps.add_argument("--fixes", action="store_true", help="list hf-tpu's patches and workarounds, and their state")
+    gaps.set_defaults(command_function=command, usage_error=gaps.error)
+
+
+def command(args: argparse.Namespace) -> int:
+    """``hf-tpu gaps``: probe, show a probe, or list the fixes."""
+    if args.chips is not None and args.chips < 1:
+        args.usage_error(f"--chips must be at least 1, got {args.chips}")
+    from hf_tpu import emulator
+    from hf_tpu.gaps import status
+    from hf_tpu.plumbing.backend import needs_emulator
+
+    if args.show:
+        sys.stdout.write(script(args.show))
         return 0
-    if args.fixes:  # type: ignore[attr-defined]
+    if args.fixes:
         if needs_emulator():
             emulator.enable(quiet=True)
         else:
             import torch  # noqa: F401  (a real TPU, or the real wheel on XLA:CPU, sets itself and the fixes up)
         sys.stdout.write(format_fixes() + "\n")
         return 0
-    if args.chips:  # type: ignore[attr-defined]
-        os.environ["HF_TPU_EMULATOR_CHIPS"] = str(args.chips)  # type: ignore[attr-defined]
+    if args.chips:
+        os.environ["HF_TPU_EMULATOR_CHIPS"] = str(args.chips)
     if needs_emulator():
         emulator.enable(quiet=True)  # to name the backend; it opens no chip
     else:
         import torch  # noqa: F401  (the real TPU, or the real wheel on XLA:CPU, is set up by the autoload)
-    results = run(args.only or None, jobs=args.jobs, timeout=args.timeout)  # type: ignore[attr-defined]
-    if not args.no_save:  # type: ignore[attr-defined]
+    results = run(args.only or None, jobs=args.jobs, timeout=args.timeout)
+    if not args.no_save:
         measured = {r.name: r.without_workarounds for r in results if r.without_workarounds in ("present", "fixed")}
         path = status.save_measurement({**(status.load_measurement() or {}).get("gaps", {}), **measured})
-    if args.json:  # type: ignore[attr-defined]
+    if args.json:
         sys.stdout.write(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     else:
         sys.stdout.write(f"hf-tpu gaps: {len(results)} probes on {_backend_label()}, each in its own process\n")
         sys.stdout.write(format_table(results) + "\n")
-        if not args.no_save:  # type: ignore[attr-defined]
+        if not args.no_save:
             sys.stdout.write(f"measurement saved to {path}: workarounds follow it from now on\n")
     return 0 if all(r.without_workarounds != "present" for r in results) else 1

@@ -25,7 +25,8 @@ import os
 import warnings
 from pathlib import Path
 
-from ._cache import cache_root
+from hf_tpu import settings
+from hf_tpu.plumbing.cache import cache_root
 
 SWITCH = "HF_TPU_COMPILE_CACHE"
 TIER2 = "TORCH_TPU_TIER2_COMPILATION_CACHE"
@@ -34,9 +35,7 @@ INDUCTOR = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def enabled() -> bool:
-    from ._env import flag
-
-    return flag(SWITCH, default=True)
+    return settings.get(SWITCH)
 
 
 def torch_tpu_dir(platform: str) -> Path:
@@ -60,7 +59,7 @@ def tier2_name(directory: Path) -> str:
 def use_torch_tpu_cache(platform: str) -> Path | None:
     """Point TorchTPU's tier-3 cache at hf-tpu's cache directory, unless the user configured TorchTPU's caches or
     turned this off. Call before the first compilation (TorchTPU reads the variable once). Returns the directory."""
-    if not enabled() or os.environ.get(TIER2) or os.environ.get(TIER3):
+    if not enabled() or settings.is_set(TIER2) or settings.is_set(TIER3):
         return None
     directory = torch_tpu_dir(platform)
     try:
@@ -81,36 +80,3 @@ def use_torch_tpu_cache(platform: str) -> Path | None:
     # TorchTPU warns that the variable is experimental the first time it reads it; hf-tpu set it, not the user.
     warnings.filterwarnings("ignore", message=f".*the {TIER3} environment variable is an experimental feature")
     return directory
-
-
-def _size(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                pass
-    return total
-
-
-def describe() -> dict[str, str]:
-    """The compile caches of this process, for ``hf-tpu env``: where, how large, how to clear."""
-    from .emulator.generations import format_bytes
-
-    rows: dict[str, str] = {"switch": f"{SWITCH}={'1' if enabled() else '0'}"}
-    places = {
-        "torch_tpu tier 3": os.environ.get(TIER3),
-        "torch_tpu tier 2": os.environ.get(TIER2) and f"/dev/shm/torch_tpu_cache/{os.environ[TIER2]}",
-        "inductor (emulator graphs)": os.environ.get(INDUCTOR),
-        "emulator eager executables": str(emulator_executables_dir()) if emulator_executables_dir().is_dir() else None,
-    }
-    for label, place in places.items():
-        if not place:
-            continue
-        path = Path(place)
-        size = format_bytes(_size(path)) if path.is_dir() else "empty"
-        rows[label] = f"{place} ({size}; clear: rm -rf {place})"
-    if len(rows) == 1:
-        rows["caches"] = "none set in this process (they are set when the device is)"
-    return rows

@@ -1,6 +1,6 @@
 """What a model calls, for ``hf-tpu check``'s risks: the torch functions and aten ops of one forward pass.
 
-A shrunk random copy of the architecture (``check_run.shrink``: the same classes and layout kinds) runs one
+A shrunk random copy of the architecture (``toy.shrink``: the same classes and layout kinds) runs one
 forward and one backward on CPU under a function mode and a dispatch mode that record names; the gap table
 (``hf_tpu.gaps``, each gap's ``ops``) turns them into the gaps this architecture meets. CPU suffices: the names,
 not the numbers, are the evidence, and the copy is tiny (well under a second).
@@ -19,8 +19,7 @@ def ops_used(config: Any) -> set[str]:
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from .check import _auto_class
-    from .check_run import shrink
+    from hf_tpu.commands.check.toy import auto_class, shrink
 
     names: set[str] = set()
 
@@ -48,7 +47,7 @@ def ops_used(config: Any) -> set[str]:
             return func(*args, **(kwargs or {}))
 
     torch.manual_seed(0)
-    model = _auto_class(config).from_config(shrink(config))
+    model = auto_class(config).from_config(shrink(config))
     ids = torch.randint(1, 200, (2, 12), generator=torch.Generator().manual_seed(0))
     inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     inputs["attention_mask"][0, :3] = 0  # padding: the masks real batches carry
@@ -62,6 +61,6 @@ def ops_used(config: Any) -> set[str]:
 
 def gaps_met(names: set[str]) -> list[Any]:
     """The gaps of ``hf_tpu.gaps`` whose ops are among ``names``."""
-    from .gaps import GAPS
+    from hf_tpu.gaps import GAPS
 
     return [gap for gap in GAPS if gap.ops and any(op in names for op in gap.ops)]

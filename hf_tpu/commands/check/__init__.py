@@ -8,12 +8,16 @@ decoding reads every weight once per step (HBM bandwidth), prefill is bounded by
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import struct
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from hf_tpu.commands.check.toy import auto_class
 
 GB = 1000**3
 # Per chip as Google lists them (cloud.google.com/tpu/docs/v5e, /v5p, /v6e, /tpu7x): HBM capacity, HBM
@@ -103,19 +107,12 @@ def safetensors_bytes(directory: str) -> tuple[int, int] | None:
     return total, count
 
 
-def _auto_class(config: Any) -> Any:
-    import transformers
-
-    encoder_decoder = getattr(config, "is_encoder_decoder", False)
-    return transformers.AutoModelForSeq2SeqLM if encoder_decoder else transformers.AutoModelForCausalLM
-
-
 def meta_parameters(config: Any) -> int:
     """Parameters of the model built from ``config`` on the meta device (no memory), tied weights once."""
     import torch
 
     with torch.device("meta"):
-        model = _auto_class(config).from_config(config)
+        model = auto_class(config).from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -149,10 +146,10 @@ def _tp_plan(config: Any) -> tuple[str, Any]:
     """Where a TP plan would come from, and the meta model (for validation)."""
     import torch
 
-    from . import tp_plans
+    from hf_tpu import tp_plans
 
     with torch.device("meta"):
-        model = _auto_class(config).from_config(config)
+        model = auto_class(config).from_config(config)
     library = getattr(model, "_tp_plan", None) or getattr(_text(config), "base_model_tp_plan", None)
     if library:
         return "library", (model, dict(getattr(model, "_tp_plan", None) or {}))
@@ -178,8 +175,8 @@ def _inactive_expert_bytes(model: Any, config: Any, weight_bytes: int, params: i
 
 
 def _plan_status(model: Any, plan: dict[str, Any], tp: int) -> str:
-    from . import tp_plans
-    from .tp_plans._core import _keys
+    from hf_tpu import tp_plans
+    from hf_tpu.tp_plans._core import _keys
 
     if tp == 1:
         return "ok"
@@ -199,7 +196,7 @@ def _plan_status(model: Any, plan: dict[str, Any], tp: int) -> str:
 def _risks(config: Any) -> tuple[list[str], list[str]]:
     """Known risks: the TorchTPU gaps the architecture's own ops meet (traced on a shrunk copy, matched with the
     gap table), then what its config says (experts, sliding windows, latent caches, tied embeddings)."""
-    from . import check_ops
+    from hf_tpu.commands.check import ops as check_ops
 
     text = _text(config)
     risks, gaps = [], []
@@ -317,7 +314,8 @@ def check_pipeline(model: str, *, chip: str = "v6e", run: bool = False) -> Pipel
             share = int((denoiser.weight_bytes / tp + rest) * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
             report.denoiser_fits[str(tp)] = share <= spec["hbm"]
     if run:
-        from . import check_run, check_run_diffusers
+        from hf_tpu.commands.check import run as check_run
+        from hf_tpu.commands.check import run_diffusers as check_run_diffusers
 
         if denoiser is None:
             raise ValueError(f"{model}: --run needs a transformer or UNet component")
@@ -358,7 +356,7 @@ def check(
     model: str, *, chip: str = "v6e", dtype: str = "bfloat16", batch: int = 1, context: int = 4096, run: bool = False
 ) -> Report:
     """Fit, parallelism, speed bounds and known risks of ``model`` (a local directory or a config) on ``chip``;
-    ``run=True`` also runs a shrunk random copy on the (emulated) TPU, feature by feature (``hf_tpu.check_run``)."""
+    ``run=True`` also runs a shrunk random copy on the (emulated) TPU, feature by feature (``hf_tpu.commands.check.run``)."""
     if chip not in CHIPS:
         raise ValueError(f"chip={chip!r} is not one of {', '.join(CHIPS)}.")
     if dtype not in DTYPE_BYTES:
@@ -399,7 +397,7 @@ def check(
         if report.expert_parallel.get(str(fit.tp), "").endswith("per chip") and fit.plan != "ok":
             report.expert_parallel[str(fit.tp)] += f" (but the rest of the model at TP={fit.tp} does not split)"
     if run:
-        from . import check_run
+        from hf_tpu.commands.check import run as check_run
 
         report.run_model = check_run.build(config)
         with_tp = plan_source != "none" and report.fits[1].plan == "ok"
@@ -435,3 +433,35 @@ def format_text(r: Report) -> str:
     lines += [f"risk: {risk}" for risk in r.risks]
     lines += _format_run(r.run, r.run_model)
     return "\n".join(lines)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    chk = sub.add_parser("check", help="whether a model fits a TPU slice, its plan, speed bounds and risks (offline)")
+    chk.add_argument("model", help="a local checkpoint directory, or a Hub id whose config is cached")
+    chk.add_argument("--chip", default="v6e", choices=sorted(CHIPS))
+    chk.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES))
+    chk.add_argument("--batch", type=int, default=1)
+    chk.add_argument("--context", type=int, default=4096)
+    chk.add_argument(
+        "--json", action="store_true", help="print the report as JSON (one schema: hf_tpu.commands.check.Report)"
+    )
+    chk.add_argument("--run", action="store_true", help="also run a shrunk random copy on the (emulated) TPU")
+    chk.set_defaults(command_function=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    """``hf-tpu check``: a model's report (a diffusers pipeline or model: one per component)."""
+    from hf_tpu.commands.check.run_diffusers import is_diffusers_model
+
+    try:
+        if os.path.isfile(os.path.join(args.model, "model_index.json")) or is_diffusers_model(args.model):
+            pipe = check_pipeline(args.model, chip=args.chip, run=args.run)
+            sys.stdout.write((pipe.to_json() if args.json else format_pipeline(pipe)) + "\n")
+            return 0
+        report = check(args.model, chip=args.chip, dtype=args.dtype, batch=args.batch, context=args.context,
+                       run=args.run)  # fmt: skip
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"hf-tpu check: {err}\n")
+        return 2
+    sys.stdout.write((report.to_json() if args.json else format_text(report)) + "\n")
+    return 0

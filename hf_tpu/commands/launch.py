@@ -13,6 +13,7 @@ others).
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import signal
@@ -120,7 +121,7 @@ def torchrun_command(launch: Launch, env: dict[str, str]) -> list[str]:
 def _refuse_mixed_switches() -> None:
     """HF_TPU_XLA_CPU=1 with HF_TPU_EMULATE=1: say so before asking TorchTPU for a launch environment, whose own
     error ("expected TPU devices, got none") would not name the switches."""
-    from . import xla_cpu
+    from hf_tpu import xla_cpu
 
     if xla_cpu.requested():
         try:
@@ -132,17 +133,17 @@ def _refuse_mixed_switches() -> None:
 def host_env(launch: Launch, base: dict[str, str] | None = None) -> dict[str, str]:
     """This host's environment for torchrun: emulation when no TPU (real, or the real wheel on XLA:CPU) is present,
     and the multi-host variables."""
-    from ._backend import needs_emulator
+    from hf_tpu.plumbing.backend import needs_emulator
 
     env = dict(os.environ if base is None else base)
     _refuse_mixed_switches()
     if needs_emulator():
-        from ._env import EnvError, flag
+        from hf_tpu import settings
 
         if env.get("HF_TPU_EMULATE", "").strip():
             try:
-                emulate = flag("HF_TPU_EMULATE")
-            except EnvError as err:
+                emulate = settings.get("HF_TPU_EMULATE")
+            except settings.EnvError as err:
                 raise ValueError(str(err)) from None
             if not emulate:
                 raise ValueError(
@@ -261,7 +262,7 @@ def run_emulated_hosts(launch: Launch, hosts: int, slices: int | None = None) ->
     slices = hosts if slices is None else slices
     envs = emulated_host_envs(hosts, slices, launch.nproc)
     rdzv_id = launch.rdzv_id or f"hf-tpu-emulated-{uuid.uuid4().hex[:8]}"
-    cmd = [sys.executable, "-m", "hf_tpu.cli", "launch", "-n", str(launch.nproc), "--nnodes", str(hosts),
+    cmd = [sys.executable, "-m", "hf_tpu", "launch", "-n", str(launch.nproc), "--nnodes", str(hosts),
            "--rdzv-id", rdzv_id, "--max-restarts", str(launch.max_restarts),
            "--join-timeout", f"{launch.join_timeout:g}", launch.script, *launch.script_args]  # fmt: skip
     sys.stderr.write(
@@ -308,3 +309,42 @@ def run_emulated_hosts(launch: Launch, hosts: int, slices: int | None = None) ->
 
 def _status(code: int) -> str:
     return "ok" if code == 0 else (f"killed by {signal.Signals(-code).name}" if code < 0 else f"status {code}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    launch = sub.add_parser("launch", help="run a script on N chips per host (emulated when no TPU is present)")
+    launch.add_argument("-n", "--nproc", type=int, required=True, help="chips per host (one process each)")
+    launch.add_argument("--nnodes", type=int, help="hosts (default: TPU_WORKER_HOSTNAMES' count, else 1)")
+    launch.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous (default MASTER_ADDR:MASTER_PORT)")
+    launch.add_argument("--rdzv-id", help="the job's id, the same on every host")
+    launch.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts every rank this often")
+    launch.add_argument("--join-timeout", type=float, default=600, help="seconds for every host to join (600)")
+    launch.add_argument("--emulate-hosts", type=int, help="run this many emulated hosts on this machine")
+    launch.add_argument("--emulate-slices", type=int, help="emulated hosts form this many slices (default: one each)")
+    launch.add_argument("--host-timeout", type=float, default=60, help="emulated hosts: seconds the others get to "
+                        "end after one failed (60)")  # fmt: skip
+    launch.add_argument("script")
+    launch.add_argument("script_args", nargs=argparse.REMAINDER)
+    launch.set_defaults(command_function=command, usage_error=launch.error)
+
+
+def command(args: argparse.Namespace) -> int:
+    """``hf-tpu launch``: check the flags, then run this host's ranks (or every emulated host's)."""
+    for flag, value, least in (("-n/--nproc", args.nproc, 1), ("--nnodes", args.nnodes, 1),
+                               ("--max-restarts", args.max_restarts, 0), ("--emulate-hosts", args.emulate_hosts, 1),
+                               ("--emulate-slices", args.emulate_slices, 1)):  # fmt: skip
+        if value is not None and value < least:
+            args.usage_error(f"{flag} must be at least {least}, got {value}")
+    if args.emulate_slices is not None and args.emulate_hosts is None:
+        args.usage_error("--emulate-slices needs --emulate-hosts")
+    if args.emulate_hosts is not None and (args.nnodes or args.rdzv_endpoint):
+        args.usage_error("--emulate-hosts runs every host here: leave out --nnodes and --rdzv-endpoint")
+    job = Launch(args.script, tuple(args.script_args), args.nproc, args.nnodes, args.rdzv_endpoint, args.rdzv_id,
+                 args.max_restarts, args.join_timeout, args.host_timeout)  # fmt: skip
+    try:
+        if args.emulate_hosts is not None:
+            return run_emulated_hosts(job, args.emulate_hosts, args.emulate_slices)
+        return run_host(job)
+    except (ValueError, RuntimeError) as err:
+        sys.stderr.write(f"hf-tpu launch: {err}\n")
+        return 2

@@ -1,6 +1,6 @@
 """``hf-tpu check --run`` for diffusers denoisers: a shrunk random copy of a transformer or UNet, feature by feature.
 
-Same contract as :mod:`hf_tpu.check_run` (each feature in its own process, its command line the repro), for the
+Same contract as :mod:`hf_tpu.commands.check.run` (each feature in its own process, its command line the repro), for the
 denoisers whose inputs it knows how to build: SD3's and Flux's transformers and ``UNet2DConditionModel``
 (SD 1.x/2.x and SDXL's, with its added text/time conditioning).
 """
@@ -124,8 +124,8 @@ def inputs(model: Any, device: str) -> dict[str, Any]:
 
 def has_tp_plan(path: str) -> bool:
     """Whether the class ships a ``_tp_plan`` or hf-tpu's registry has one for it."""
-    from .tp_plans import get
-    from .tp_plans._builtin import register_builtin
+    from hf_tpu.tp_plans import get
+    from hf_tpu.tp_plans._builtin import register_builtin
 
     register_builtin()  # the registry is filled at TPU set-up; this process may not have set one up
     cls = _class(json.load(open(os.path.join(path, "config.json")))["_class_name"])
@@ -140,11 +140,11 @@ def run_feature(path: str, feature: str) -> str:
 
     cls = _class(json.load(open(os.path.join(path, "config.json")))["_class_name"])
     if feature == "tp2":
-        from .check_run import launch_two
+        from hf_tpu.commands.check.toy import launch_two
 
         return launch_two(
             "import torch, torch.distributed as dist, diffusers\n"
-            "from hf_tpu.check_run_diffusers import inputs\n"
+            "from hf_tpu.commands.check.run_diffusers import inputs\n"
             "dist.init_process_group('tpu_dist')  # diffusers applies a parallel_config only inside a process group\n"
             "config = diffusers.ParallelConfig(tensor_parallel_config=diffusers.TensorParallelConfig(tp_degree=2))\n"
             f"m = diffusers.{cls.__name__}.from_pretrained({path!r}, parallel_config=config)\n"

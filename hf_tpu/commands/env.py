@@ -6,11 +6,16 @@ when ``HF_TPU_EMULATE=1``), so what it prints is what their process sees.
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
+import json
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
+
+from hf_tpu import settings
 
 PACKAGES = (
     "hf-tpu",
@@ -29,14 +34,6 @@ PACKAGES = (
 )
 # TorchTPU's hardware table (PCI device id -> generation), as in torch-tpu 0.2.0.
 PCI_GENERATIONS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
-_SETTINGS_PREFIXES = (
-    "HF_TPU_",
-    "TPU_",
-    "TORCH_TPU_",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "PJRT_",
-    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
-)
 
 
 def _version(name: str) -> str:
@@ -47,7 +44,7 @@ def _version(name: str) -> str:
 
 
 def _chips() -> list[dict[str, str]]:
-    from ._backend import tpu_chips
+    from hf_tpu.plumbing.chips import tpu_chips
 
     return [
         {"vfio": path, "pci_id": pci_id, "generation": PCI_GENERATIONS.get(pci_id, "unknown")}
@@ -58,8 +55,8 @@ def _chips() -> list[dict[str, str]]:
 def _backend() -> dict[str, Any]:
     import torch
 
-    from . import emulator
-    from ._backend import backend
+    from hf_tpu import emulator
+    from hf_tpu.plumbing.backend import backend
 
     info: dict[str, Any] = {"backend": backend()}
     if torch.accelerator.is_available():
@@ -68,7 +65,7 @@ def _backend() -> dict[str, Any]:
         info["device_count"] = torch.accelerator.device_count()
         free, total = torch.accelerator.get_memory_info()
         info["hbm_per_chip_bytes"] = total
-    from . import xla_cpu
+    from hf_tpu import xla_cpu
 
     if xla_cpu.active():
         info["xla_cpu"] = xla_cpu.describe()
@@ -88,7 +85,7 @@ def _backend() -> dict[str, Any]:
 
 
 def _core_cache() -> dict[str, str]:
-    from .emulator import _build
+    from hf_tpu.emulator import _build
 
     build_dir = _build.cache_dir()
     ok, why = _build._verified(build_dir)
@@ -102,7 +99,7 @@ def collect() -> dict[str, Any]:
         "platform": platform.platform(),
         "packages": {name: _version(name) for name in PACKAGES},
         "chips_on_pci_bus": _chips(),
-        "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_SETTINGS_PREFIXES)},
+        "settings": settings.current(),
     }
     try:
         report["device"] = _backend()
@@ -112,9 +109,9 @@ def collect() -> dict[str, Any]:
         report["emulator_core_cache"] = _core_cache()
     except Exception as err:  # noqa: BLE001
         report["emulator_core_cache"] = {"error": f"{type(err).__name__}: {err}"}
-    from . import compile_cache, fixes
+    from hf_tpu import fixes
 
-    report["compile_caches"] = compile_cache.describe()
+    report["compile_caches"] = compile_caches()
     report["fixes"] = [{k: row[k] for k in ("name", "kind", "gap", "state", "off")} for row in fixes.report()]
     backend = report["device"].get("backend")
     if _version("torch-tpu") != "not installed" and not report["chips_on_pci_bus"] and backend != "xla_cpu":
@@ -154,3 +151,56 @@ def format_text(report: dict[str, Any]) -> str:
     if "note" in report:
         lines += ["", f"note: {report['note']}"]
     return "\n".join(lines)
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+def compile_caches() -> dict[str, str]:
+    """The compile caches of this process, for ``hf-tpu env``: where, how large, how to clear."""
+    from hf_tpu.emulator.generations import format_bytes
+    from hf_tpu.plumbing.compile_cache import (
+        INDUCTOR,
+        SWITCH,
+        TIER2,
+        TIER3,
+        emulator_executables_dir,
+        enabled,
+    )
+
+    rows: dict[str, str] = {"switch": f"{SWITCH}={'1' if enabled() else '0'}"}
+    places = {
+        "torch_tpu tier 3": settings.text(TIER3),
+        "torch_tpu tier 2": settings.text(TIER2) and f"/dev/shm/torch_tpu_cache/{settings.text(TIER2)}",
+        "inductor (emulator graphs)": settings.text(INDUCTOR),
+        "emulator eager executables": str(emulator_executables_dir()) if emulator_executables_dir().is_dir() else None,
+    }
+    for label, place in places.items():
+        if not place:
+            continue
+        path = Path(place)
+        size = format_bytes(_size(path)) if path.is_dir() else "empty"
+        rows[label] = f"{place} ({size}; clear: rm -rf {place})"
+    if len(rows) == 1:
+        rows["caches"] = "none set in this process (they are set when the device is)"
+    return rows
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    env = sub.add_parser("env", help="versions, chips, backend, settings and fixes, for a bug report")
+    env.add_argument("--json", action="store_true", help="print the report as JSON")
+    env.set_defaults(command_function=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    report = collect()
+    sys.stdout.write((json.dumps(report, indent=2) if args.json else format_text(report)) + "\n")
+    return 0

@@ -1,6 +1,7 @@
-"""Which TPU this process has: a real one (TorchTPU), the emulator, or none.
+"""The TPU chips of this host, found as TorchTPU finds them (PCI ids behind VFIO), and whether TorchTPU runs one.
 
-Detection is cheap on purpose: it runs inside ``import torch`` (autoload).
+The lowest layer of hf-tpu: it imports nothing of hf-tpu and no torch, so every layer above (the devices, the
+backend, the commands) may ask it, even inside ``import torch``.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import sys
 
 # PCI device ids of TPU chips (vendor 0x1ae0, Google), as TorchTPU's hardware table lists them.
 _TPU_PCI_IDS = frozenset({"0x005e", "0x0062", "0x0063", "0x006f", "0x0076"})
@@ -55,52 +57,14 @@ def real_tpu_present() -> bool:
         return False
     if pci_tpu_count() > 0:
         return True
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None or "torch_tpu" not in sys.modules:
         return False
-    from . import xla_cpu
-
+    # the device layer sits above this module: look the XLA:CPU module up rather than import it (never imported:
+    # this process did not point TorchTPU at XLA:CPU)
+    xla_cpu = sys.modules.get("hf_tpu.xla_cpu")
     try:
-        return torch._C._get_privateuse1_backend_name() == "tpu" and not xla_cpu.prepared()
+        on_xla_cpu = xla_cpu is not None and xla_cpu.prepared()
+        return torch._C._get_privateuse1_backend_name() == "tpu" and not on_xla_cpu
     except AttributeError:
         return False
-
-
-def needs_emulator() -> bool:
-    """No TPU of either real kind here (no chip, and not the real wheel on XLA:CPU): the processes hf-tpu starts
-    (``hf-tpu launch`` ranks, probes, ``check --run``) run on the emulated TPU."""
-    from . import xla_cpu
-
-    return not real_tpu_present() and not xla_cpu.requested()
-
-
-def backend() -> str:
-    """``"tpu"`` (TorchTPU on a chip), ``"xla_cpu"`` (TorchTPU on XLA:CPU), ``"emulated"``, or ``"none"``."""
-    from . import emulator, xla_cpu
-
-    if emulator.is_enabled():
-        return "emulated"
-    if xla_cpu.active():
-        return "xla_cpu"
-    if real_tpu_present():
-        return "tpu"
-    return "none"
-
-
-def on_tpu(device: object = None) -> bool:
-    """Is ``device`` a TPU device, or (no device) is this process's accelerator a TPU?
-
-    Integration patches check this first, so CPU and CUDA users of the same process keep
-    upstream behaviour.
-    """
-    import torch
-
-    if device is not None:
-        try:
-            return torch.device(device).type == "tpu"  # type: ignore[arg-type]
-        except (RuntimeError, TypeError):
-            return False
-    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
-    return accelerator is not None and accelerator.type == "tpu"
