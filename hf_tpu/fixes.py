@@ -3,7 +3,7 @@
 Three kinds, one record type:
 
 - **patches** close a gap in an upstream library's TPU support (transformers, diffusers, kernels,
-  accelerate; ids G1..G22 from the upstream reference). Each applies when its module is imported, and
+  accelerate; ids auto_device_map_loads_on_cpu..G22 from the upstream reference). Each applies when its module is imported, and
   re-checks that the device is a TPU, so CPU/CUDA users of the same process keep upstream behaviour.
 - **workarounds** close a gap of the TPU backend itself (``hf_tpu.gaps``). Each is installed only while
   the backend has the gap (what ``hf-tpu gaps`` last measured here, else the gap table), on a real and
@@ -36,7 +36,7 @@ class Fix:
     """One patch or workaround, and what became of it in this process."""
 
     name: str  # snake_case, what it does
-    gap: str  # upstream gap id (G2...) or a backend gap name (hf_tpu.gaps)
+    gap: str  # upstream gap id (max_memory_rejects_tpu_keys...) or a backend gap name (hf_tpu.gaps)
     target: str  # what it changes
     why: str
     apply: Callable[..., Any]  # apply(module) when `module` is set, else apply()
@@ -75,6 +75,24 @@ class Fix:
         fix = cls(fn.__name__, gap, module, why, fn, kind="patch", module=module)
         fix.targets = tuple((targets or {}).items())
         return fix
+
+    @classmethod
+    def workaround(
+        cls,
+        name: str,
+        gap: str,
+        target: str,
+        why: str | None,
+        apply: Callable[[], None],
+        revert: Callable[[], None],
+        *,
+        trigger: str | None = None,
+    ) -> Fix:
+        """A workaround for backend gap ``gap`` (``hf_tpu.gaps``), declared in its module next to its code. ``why``: a
+        sentence, or the module's docstring, whose first line reads "Gap ``NAME``: what the workaround does."
+        ``trigger``: a module whose import applies it (else it applies at set-up)."""
+        first = (why or "").strip().split("\n")[0]
+        return cls(name, gap, target, first.split(": ", 1)[-1], apply, kind="workaround", module=trigger, revert=revert)
 
     @property
     def library(self) -> str:

@@ -95,7 +95,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 def wait_for_device_memory(baseline: int, timeout: float = 10.0) -> int:
     """Device bytes above ``baseline`` once transformers' loader threads are done (they may finish a copy or
-    two after an error reaches the caller, G4); polls up to ``timeout`` seconds, then returns what is left."""
+    two after an error reaches the caller, concurrent_loading_copies); polls up to ``timeout`` seconds, then returns what is left."""
     import gc
     import time
 

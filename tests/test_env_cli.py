@@ -46,7 +46,7 @@ def test_env_text_and_info_and_version():
 
 
 def test_transformers_env_names_the_tpu():
-    """P2: `transformers env` printed the accelerator as "NA" on a TPU and no device row."""
+    """transformers_env_omits_the_tpu: `transformers env` printed the accelerator as "NA" on a TPU and no device row."""
     from transformers.cli.system import env
 
     info = env()  # this process runs on the emulated TPU (tests/conftest.py)

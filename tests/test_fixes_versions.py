@@ -52,7 +52,7 @@ def test_a_version_newer_than_the_table_is_a_warning():
 
 
 def test_kernels_picks_tpu_builds_with_or_without_the_patch():
-    # G14 on the version that has it (kernels < 0.18 looks for torch.backends.tpu): without the marker, CPU builds.
+    # kernels_cannot_see_the_tpu on the version that has it (kernels < 0.18 looks for torch.backends.tpu): without the marker, CPU builds.
     # From 0.18, kernels asks torch.accelerator itself and hf-tpu's patch stands down.
     fix = fixes.get("kernels_tpu_backend")
     backends = importlib.import_module(

@@ -1,4 +1,4 @@
-"""accelerate (and so Trainer) across TPU chips: one process per chip over the "tpu_dist" process group (A3).
+"""accelerate (and so Trainer) across TPU chips: one process per chip over the "tpu_dist" process group (accelerate_runs_one_process_per_host).
 
 accelerate derives the distributed type from the accelerator's name (``MULTI_<DEVICE>``) and the process-group
 backend from a table; neither knows "tpu", so under ``hf-tpu launch``, ``accelerate launch`` or
@@ -108,8 +108,8 @@ def accelerator_on_chips(module: ModuleType) -> None:
 
 
 PATCHES: tuple[Fix, ...] = (
-    Fix.patch("A3", "accelerate.utils.dataclasses", distributed_type_multi_tpu),
-    Fix.patch("A3", "accelerate.utils.constants", tpu_dist_backend),
-    Fix.patch("A3", "accelerate.state", partial_state_on_chips),
-    Fix.patch("A3", "accelerate.accelerator", accelerator_on_chips),
+    Fix.patch("accelerate_runs_one_process_per_host", "accelerate.utils.dataclasses", distributed_type_multi_tpu),
+    Fix.patch("accelerate_runs_one_process_per_host", "accelerate.utils.constants", tpu_dist_backend),
+    Fix.patch("accelerate_runs_one_process_per_host", "accelerate.state", partial_state_on_chips),
+    Fix.patch("accelerate_runs_one_process_per_host", "accelerate.accelerator", accelerator_on_chips),
 )

@@ -80,9 +80,9 @@ def torch_compile_on_tpu(module: ModuleType) -> None:
 
 
 PATCHES: tuple[Fix, ...] = (
-    Fix.patch("A1", "accelerate.checkpointing", checkpoint_rng_through_generators),
-    Fix.patch("A2", "accelerate.utils.dataclasses", dynamo_backend_tpu),
-    Fix.patch("A2", "transformers.training_args", torch_compile_on_tpu),
+    Fix.patch("checkpoint_rng_misses_the_tpu", "accelerate.checkpointing", checkpoint_rng_through_generators),
+    Fix.patch("compile_backend_tpu_refused", "accelerate.utils.dataclasses", dynamo_backend_tpu),
+    Fix.patch("compile_backend_tpu_refused", "transformers.training_args", torch_compile_on_tpu),
     *multi_chip.PATCHES,
 )
 

@@ -17,7 +17,7 @@ from hf_tpu.fixes import Fix, install_patches
 from hf_tpu.plumbing.backend import on_tpu
 
 
-# ---- G5: DiffusionPipeline.from_pretrained(device_map="tpu" | "tpu:0") -------------------
+# ---- device_map_tpu_unknown_at_import: DiffusionPipeline.from_pretrained(device_map="tpu" | "tpu:0") -------------------
 def pipeline_device_map_tpu(module: ModuleType) -> None:
     """diffusers.pipelines.pipeline_utils: ``SUPPORTED_DEVICE_MAP`` is frozen when diffusers is
     imported; add the TPU names when the TPU came up later (or ``"tpu:0"`` was asked for)."""
@@ -28,7 +28,7 @@ def pipeline_device_map_tpu(module: ModuleType) -> None:
             module.SUPPORTED_DEVICE_MAP.append(name)
 
 
-# ---- D14: TorchDeviceBackend calls torch.tpu's internal APIs ------------------------------
+# ---- device_backend_names_hidden: TorchDeviceBackend calls torch.tpu's internal APIs ------------------------------
 # torch.tpu.<name> raises when called from outside torch/torch_tpu ("internal API"); diffusers'
 # device proxy calls them for synchronize, device_count and group offloading's streams.
 _THROUGH_ACCELERATOR: dict[str, Callable[..., Any]] = {
@@ -63,7 +63,7 @@ def device_backend_through_accelerator(module: ModuleType) -> None:
             setattr(backend_cls, name, through_accelerator(name, fn))
 
 
-# ---- G12: a compiled denoiser sees a new view of `timesteps` every step -----------------
+# ---- denoiser_inputs_recompile: a compiled denoiser sees a new view of `timesteps` every step -----------------
 def _static_inputs(compiled: Callable[..., Any]) -> Callable[..., Any]:
     """Clone tensor arguments that are views at an offset into a larger tensor (``t`` from
     ``for t in timesteps``): TorchTPU guards input storage offsets, so each step would compile anew."""
@@ -98,9 +98,9 @@ def static_denoiser_inputs(module: ModuleType) -> None:
 
 
 PATCHES: tuple[Fix, ...] = (
-    Fix.patch("G5", "diffusers.pipelines.pipeline_utils", pipeline_device_map_tpu),
-    Fix.patch("D14", "diffusers.utils.torch_utils", device_backend_through_accelerator),
-    Fix.patch("G12", "diffusers.models.modeling_utils", static_denoiser_inputs),
+    Fix.patch("device_map_tpu_unknown_at_import", "diffusers.pipelines.pipeline_utils", pipeline_device_map_tpu),
+    Fix.patch("device_backend_names_hidden", "diffusers.utils.torch_utils", device_backend_through_accelerator),
+    Fix.patch("denoiser_inputs_recompile", "diffusers.models.modeling_utils", static_denoiser_inputs),
 )
 
 

@@ -206,7 +206,7 @@ def _announcement(view: Host, capacity: int) -> str:
     from hf_tpu.emulator import gaps
 
     if view.profile == "torch_tpu":
-        count = len(gaps.reproduced() - set(gaps.NOT_TORCH_TPU))
+        count = len(gaps.reproduced() - set(gaps.not_torch_tpu()))
         return line + f", profile torch_tpu (TPU numerics, {count} known TorchTPU gaps)"
     return line + ", profile ideal (CPU-exact, no TorchTPU gaps)"
 

@@ -1,11 +1,11 @@
-"""TorchTPU's known gaps, reproduced by the emulator (the catalogue with evidence is ``hf_tpu.gaps``).
+"""TorchTPU's known gaps, reproduced by the emulator (the records with their evidence are ``hf_tpu.gaps``).
 
-Most reproductions live in the C++ core (``csrc/gaps.cpp``, ``numerics.cpp``, the allocator's chip
-locks, the SDPA backend choice); this module switches them on for the profile, with the operators the real wheel
-refuses (``op_coverage``), and adds the ones that
-are Python-level on TorchTPU too: ``avg_pool1d`` without a gradient, ``Tensor.to(<int>)`` landing on
-chip 0, and, in ``compile``, the inductor refusal and compiled graphs refusing CPU tensor inputs. ``visible_devices`` is the device count the core
-reports (``host``).
+Each gap's record says where it is reproduced (``Gap.emulation``): in the C++ core (``csrc/tpu/gaps.cpp``, and
+``numerics.cpp``, the allocator's chip locks, the SDPA backend choice), here in Python (``avg_pool1d`` without a
+gradient, ``Tensor.to(<int>)`` landing on chip 0, ``multinomial`` drawing from invalid weights; in ``compile`` the
+inductor refusal and compiled graphs refusing CPU tensor inputs; ``visible_devices`` is the device count the core
+reports), or on every profile. This module switches them on for the profile, with the operators the real wheel
+refuses (``op_coverage``).
 """
 
 from __future__ import annotations
@@ -19,30 +19,20 @@ from hf_tpu import settings
 from hf_tpu.emulator import _build, op_coverage
 from hf_tpu.emulator.host_model import Host
 
-# The C++ core's gaps are named by the core itself (``gap_names()``, gaps.cpp's table); these are the
-# Python-level ones (names as in hf_tpu.gaps).
-PYTHON_GAPS = (
-    "avg_pool1d_gradient",
-    "device_index",
-    "visible_devices",
-    "cpu_tensor_into_compiled_graph",
-    "autocast_default_float16",
-    "adamw_bfloat16_moments",
-    "multinomial_unchecked",
-)
-# Present on every profile: Inductor cannot compile for the device (TorchTPU refuses it by design),
-# safetensors' own device parsing is not the backend's, torch's autograd engine is torch's, the
-# autocast dtype list is the device module's answer (TorchTPU's), and the compile backend's options are
-# read as TorchTPU reads them.
-INHERENT_GAPS = (
-    "compile_inductor",
-    "safetensors_device",
-    "autograd_exit_abort",
-    "autocast_integer_dtype",
-    "compile_options_ignored",
-)
-# Of those, the ones that are not TorchTPU's own (safetensors', torch's), left out of the announced count.
-NOT_TORCH_TPU = ("safetensors_device", "autograd_exit_abort")
+
+def _named(emulation: str) -> tuple[str, ...]:
+    """The gaps whose record says the emulator reproduces them so (``Gap.emulation``)."""
+    from hf_tpu.gaps import GAPS
+
+    return tuple(gap.name for gap in GAPS if gap.emulation == emulation)
+
+
+def not_torch_tpu() -> tuple[str, ...]:
+    """Gaps that are not TorchTPU's own (safetensors', torch's), left out of the announced count."""
+    from hf_tpu.gaps import GAPS
+
+    return tuple(gap.name for gap in GAPS if gap.component != "torch_tpu")
+
 
 _reproduced: frozenset[str] = frozenset()
 _refused: list[str] = []
@@ -84,14 +74,17 @@ def install(host: Host) -> None:
     faithful = host.profile == "torch_tpu"
     core.set_abort_on_gap(abort_mode())
     fixed = fixed_in_release()
-    core_gaps = [name for name in core.gap_names() if name not in fixed]
+    in_core = _named("core")
+    if sorted(core.gap_names()) != sorted(in_core):
+        raise RuntimeError(f"the core reproduces {sorted(core.gap_names())}, the gap records say {sorted(in_core)}")
+    core_gaps = [name for name in in_core if name not in fixed]
     core.set_gaps(core_gaps if faithful else [])
     global _refused
     _refused = op_coverage.refused_operators(RELEASE) if faithful else []
     core.set_refused_ops(_refused)
-    names = set(INHERENT_GAPS)
+    names = set(_named("every profile"))
     if faithful:
-        names |= set(core_gaps) | set(PYTHON_GAPS) - fixed
+        names |= set(core_gaps) | set(_named("python")) - fixed
         _register_avg_pool1d_without_grad()
         _multinomial_draws_from_any_weights()
         if host.usable > 1:

@@ -3,11 +3,11 @@
 hf-tpu ships the ``ragged-dot-tpu`` kernel in kernels' layout (``ragged_dot_tpu/build/torch-tpu/``) and loads it
 offline with ``kernels.get_local_kernel``. Patches, one per upstream gap (ids from the hf_upstream_tpu reference):
 
-- G9: ``"tokamax_ragged_dot"`` is in ``ALL_EXPERTS_FUNCTIONS`` as soon as transformers' MoE module is imported, so
+- ragged_dot_experts_not_registered: ``"tokamax_ragged_dot"`` is in ``ALL_EXPERTS_FUNCTIONS`` as soon as transformers' MoE module is imported, so
   ``from_pretrained(..., experts_implementation="tokamax_ragged_dot")`` validates; the kernel loads on first call.
-- G14: kernels picks ``build/torch-tpu`` variants on a tpu device (kernels < 0.18 looks for ``torch.backends.tpu``;
+- kernels_cannot_see_the_tpu: kernels picks ``build/torch-tpu`` variants on a tpu device (kernels < 0.18 looks for ``torch.backends.tpu``;
   from 0.18 it asks ``torch.accelerator`` itself: not needed).
-- G16: on a TPU, ``get_kernel("kernels-community/ragged-dot-tpu")`` (or the blog's ``tengomucho/ragged-dot-tpu``)
+- hub_kernels_need_the_network: on a TPU, ``get_kernel("kernels-community/ragged-dot-tpu")`` (or the blog's ``tengomucho/ragged-dot-tpu``)
   falls back to the shipped copy when the Hub cannot serve it, or when the installed tokamax is too old for it
   (``kernels.load``; ``kernels._internals.load`` from kernels 0.19).
 

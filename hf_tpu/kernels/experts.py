@@ -1,4 +1,4 @@
-"""The experts implementation and the G9/G14/G16 patches behind :mod:`hf_tpu.kernels` (see its docstring).
+"""The experts implementation and the ragged_dot_experts_not_registered/G14/G16 patches behind :mod:`hf_tpu.kernels` (see its docstring).
 
 torch is imported inside functions: the autoload loads this module from inside ``import torch``.
 """
@@ -29,7 +29,7 @@ _V2_MIN = (0, 0, 13)  # the Hub kernel calls tokamax's mosaic_tpu_v2, first in 0
 
 
 def _set_kernels_backend() -> None:
-    """G14: kernels' ``_backend()`` returns TPU iff ``torch.backends.tpu`` exists; TorchTPU 0.2.0 never sets it."""
+    """kernels_cannot_see_the_tpu: kernels' ``_backend()`` returns TPU iff ``torch.backends.tpu`` exists; TorchTPU 0.2.0 never sets it."""
     import torch
 
     if on_tpu() and not hasattr(torch.backends, "tpu"):
@@ -75,7 +75,7 @@ def tokamax_ragged_dot_experts_forward(
     return kernel.experts_forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs)
 
 
-# ---- G9: "tokamax_ragged_dot" is a valid experts_implementation before any from_pretrained ----------------
+# ---- ragged_dot_experts_not_registered: "tokamax_ragged_dot" is a valid experts_implementation before any from_pretrained ----------------
 def register_experts_implementation(module: ModuleType) -> None:
     """transformers.integrations.moe: register the name class-wide (as the blog's snippet does), unless the user
     already registered one; a later explicit ``register`` replaces ours (idempotent either way)."""
@@ -84,13 +84,13 @@ def register_experts_implementation(module: ModuleType) -> None:
         interface.register(EXPERTS_IMPLEMENTATION, tokamax_ragged_dot_experts_forward)
 
 
-# ---- G14: kernels selects TPU builds on a tpu device -------------------------------------------------
+# ---- kernels_cannot_see_the_tpu: kernels selects TPU builds on a tpu device -------------------------------------------------
 def kernels_tpu_backend(module: ModuleType) -> None:
     """kernels.backends: expose ``torch.backends.tpu`` on a (real or emulated) TPU before kernels looks."""
     _set_kernels_backend()
 
 
-# ---- G16: the Hub ragged-dot kernel, offline or with a tokamax too old for it -----------------------------
+# ---- hub_kernels_need_the_network: the Hub ragged-dot kernel, offline or with a tokamax too old for it -----------------------------
 def _tokamax_too_old() -> bool:
     if importlib.util.find_spec("tokamax") is None:
         return False  # the Hub kernel's own import error names what is missing
@@ -138,12 +138,17 @@ def hub_kernel_fallback(module: ModuleType) -> None:
 
 
 PATCHES: tuple[Fix, ...] = (
-    Fix.patch("G9", "transformers.integrations.moe", register_experts_implementation),
+    Fix.patch("ragged_dot_experts_not_registered", "transformers.integrations.moe", register_experts_implementation),
     # kernels 0.18 picks TPU builds from torch.accelerator itself
-    Fix.patch("G14", "kernels.backends", kernels_tpu_backend, targets={"<0.18": "kernels.backends", ">=0.18": None}),
+    Fix.patch(
+        "kernels_cannot_see_the_tpu",
+        "kernels.backends",
+        kernels_tpu_backend,
+        targets={"<0.18": "kernels.backends", ">=0.18": None},
+    ),
     # kernels 0.19 moved its loaders to kernels._internals (re-exported as kernels.get_kernel)
     Fix.patch(
-        "G16",
+        "hub_kernels_need_the_network",
         "kernels.load",
         hub_kernel_fallback,
         targets={"<0.19": "kernels.load", ">=0.19": "kernels._internals.load"},

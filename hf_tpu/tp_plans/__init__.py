@@ -7,7 +7,7 @@ the hooks that make ``tp_plan="auto"`` / ``TensorParallelConfig`` work on TPU ch
   module and the number that does not divide. The hooks run it before any weight is read.
 - :func:`derive_plan`: proposes a plan for an unknown model from its module names.
 
-Hooks attach when transformers / diffusers are imported (gaps G6, G7, G8, G20).
+Hooks attach when transformers / diffusers are imported (gaps tp_plan_without_a_launch, tp_mesh_not_topology_aware, models_without_a_tp_plan, tp_device_index_differs).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The plans hf_tpu ships for models whose library ships none (gap G8).
+"""The plans hf_tpu ships for models whose library ships none (gap models_without_a_tp_plan).
 
 Chosen by use on TPU: SD3's transformer (the diffusers model TPU users run that has no ``_tp_plan``), T5
 (SD3's and Flux's 4.7B text encoder, the one too large for a small chip), Qwen3-VL (popular VLM whose

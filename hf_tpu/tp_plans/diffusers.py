@@ -1,5 +1,5 @@
-"""Tensor parallelism in diffusers on TPU: SD3's plan (G8), optional plan rules, per-rank head counts,
-the device index (G20) and the topology-aware mesh (G7).
+"""Tensor parallelism in diffusers on TPU: SD3's plan (models_without_a_tp_plan), optional plan rules, per-rank head counts,
+the device index (tp_device_index_differs) and the topology-aware mesh (tp_mesh_not_topology_aware).
 
 Installed on TPU processes only, and each runtime patch checks the mesh or accelerator is "tpu".
 """
@@ -22,7 +22,7 @@ class RegistryPlan(dict):
     apply to it and nothing else)."""
 
 
-# ---- G8: SD3 ships no _tp_plan -----------------------------------------------------------------------
+# ---- models_without_a_tp_plan: SD3 ships no _tp_plan -----------------------------------------------------------------------
 def sd3_tp_plan(module: ModuleType) -> None:
     """diffusers.models.transformers.transformer_sd3: give ``SD3Transformer2DModel`` hf_tpu's plan when it has
     none, so ``parallel_config=TensorParallelConfig(tp_degree=N)`` and ``enable_parallelism`` work."""
@@ -88,11 +88,11 @@ def tp_heads_per_rank(module: ModuleType) -> None:
     module.apply_tensor_parallel = apply_tensor_parallel
 
 
-# ---- G20 + G7: one chip per process, topology-aware mesh ---------------------------------------------------
+# ---- tp_device_index_differs + tp_mesh_not_topology_aware: one chip per process, topology-aware mesh ---------------------------------------------------
 def tp_device_is_the_bound_chip(module: ModuleType) -> None:
     """diffusers.models.modeling_utils: the TP device is ``tpu:<current_device_index()>`` as in transformers
     (TorchTPU gives each process one chip), not ``rank % device_count()``; and a TP config without a mesh
-    gets ``torch.tpu.distributed.topology_aware_mesh`` (G7) when it spans the world."""
+    gets ``torch.tpu.distributed.topology_aware_mesh`` (tp_mesh_not_topology_aware) when it spans the world."""
     cls = module.ModelMixin
     original = cls._resolve_parallel_config
 
@@ -124,8 +124,8 @@ def tp_device_is_the_bound_chip(module: ModuleType) -> None:
 
 
 PATCHES: tuple[Fix, ...] = (
-    Fix.patch("G8", "diffusers.models.transformers.transformer_sd3", sd3_tp_plan),
-    Fix.patch("G8", "diffusers.hooks.tensor_parallel", tp_plan_if_present_rules),
-    Fix.patch("G8", "diffusers.hooks.tensor_parallel", tp_heads_per_rank),
-    Fix.patch("G20", "diffusers.models.modeling_utils", tp_device_is_the_bound_chip),
+    Fix.patch("models_without_a_tp_plan", "diffusers.models.transformers.transformer_sd3", sd3_tp_plan),
+    Fix.patch("models_without_a_tp_plan", "diffusers.hooks.tensor_parallel", tp_plan_if_present_rules),
+    Fix.patch("models_without_a_tp_plan", "diffusers.hooks.tensor_parallel", tp_heads_per_rank),
+    Fix.patch("tp_device_index_differs", "diffusers.models.modeling_utils", tp_device_is_the_bound_chip),
 )

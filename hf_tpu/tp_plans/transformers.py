@@ -20,7 +20,7 @@ from hf_tpu.tp_plans._core import PlanError, divide_heads, plan_for, validate_pl
 LAUNCH_HINT = "hf-tpu launch -n N script.py"
 
 
-# ---- G6: tp_plan="auto" without a launch ------------------------------------------------------------
+# ---- tp_plan_without_a_launch: tp_plan="auto" without a launch ------------------------------------------------------------
 def tp_size_from_launch(module: ModuleType) -> None:
     """transformers.distributed.configuration_utils: remember whether ``tp_size`` came from ``WORLD_SIZE``
     (the config resolves it in ``__post_init__``, before anyone can tell a launch from a plain ``python``)."""
@@ -36,7 +36,7 @@ def tp_size_from_launch(module: ModuleType) -> None:
 
 
 def _launch_error(config: Any) -> RuntimeError | None:
-    """The G6 error when this process is not one rank of a launch, else None."""
+    """The tp_plan_without_a_launch error when this process is not one rank of a launch, else None."""
     if settings.text("WORLD_SIZE") is not None or torch.distributed.is_initialized():
         return None
     if getattr(config, "_hf_tpu_tp_from_env", False) and config.tp_size == 1:
@@ -70,7 +70,7 @@ def _local_chip_only(device_map: Any) -> bool:
 
 
 def tp_needs_launch_and_device_map(module: ModuleType) -> None:
-    """transformers.distributed.mixin: a TP request outside a launch says so (G6); ``device_map="tpu"`` with
+    """transformers.distributed.mixin: a TP request outside a launch says so (tp_plan_without_a_launch); ``device_map="tpu"`` with
     a TP plan works (it names the chip every shard goes to), any other ``device_map`` says what to do; a TP
     plan over one chip (``-n 1``, or ``tp_size=1``) loads onto the chip, not the host."""
     cls = module.DistributedMixin
@@ -102,7 +102,7 @@ def tp_needs_launch_and_device_map(module: ModuleType) -> None:
     cls.prepare_distribute_model = classmethod(prepare_distribute_model)
 
 
-# ---- G7: the topology-aware mesh -------------------------------------------------------------------
+# ---- tp_mesh_not_topology_aware: the topology-aware mesh -------------------------------------------------------------------
 def canonical_layout(layout: torch.Tensor) -> torch.Tensor:
     """Keep the topology's groups along the last axis (TP: ``topology_aware_mesh`` orders axes by network
     intensity, so the last one gets the fastest links), with ranks ascending inside each group and groups
@@ -161,7 +161,7 @@ def tp_mesh_in_mixin(module: ModuleType) -> None:
     module.initialize_distributed_mesh = utils.initialize_distributed_mesh
 
 
-# ---- G8: plans for models that ship none, checked before any weight is read ------------------------------
+# ---- models_without_a_tp_plan: plans for models that ship none, checked before any weight is read ------------------------------
 def _ships_own_plan(name: str, module: Any) -> bool:
     config = getattr(module, "config", None)
     return bool(getattr(config, "base_model_tp_plan", None)) or bool(type(module).__dict__.get("_tp_plan"))
@@ -194,9 +194,9 @@ def tp_plan_registry_and_validation(module: ModuleType) -> None:
 
 
 PATCHES: tuple[Fix, ...] = (
-    Fix.patch("G6", "transformers.distributed.configuration_utils", tp_size_from_launch),
-    Fix.patch("G6", "transformers.distributed.mixin", tp_needs_launch_and_device_map),
-    Fix.patch("G7", "transformers.distributed.utils", tp_topology_aware_mesh),
-    Fix.patch("G7", "transformers.distributed.mixin", tp_mesh_in_mixin),
-    Fix.patch("G8", "transformers.distributed.mixin", tp_plan_registry_and_validation),
+    Fix.patch("tp_plan_without_a_launch", "transformers.distributed.configuration_utils", tp_size_from_launch),
+    Fix.patch("tp_plan_without_a_launch", "transformers.distributed.mixin", tp_needs_launch_and_device_map),
+    Fix.patch("tp_mesh_not_topology_aware", "transformers.distributed.utils", tp_topology_aware_mesh),
+    Fix.patch("tp_mesh_not_topology_aware", "transformers.distributed.mixin", tp_mesh_in_mixin),
+    Fix.patch("models_without_a_tp_plan", "transformers.distributed.mixin", tp_plan_registry_and_validation),
 )

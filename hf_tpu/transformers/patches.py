@@ -26,7 +26,7 @@ def _size(n: float) -> str:
     return format_bytes(int(n))
 
 
-# ---- G2: max_memory={"tpu:0": ...} -------------------------------------------------------
+# ---- max_memory_rejects_tpu_keys: max_memory={"tpu:0": ...} -------------------------------------------------------
 def _normalize_max_memory(max_memory: dict | None) -> dict | None:
     """``"tpu"``, ``"tpu:0"`` and ``torch.device("tpu:0")`` keys become the index accelerate expects."""
     if max_memory is None or not on_tpu():
@@ -50,7 +50,7 @@ def max_memory_tpu_keys(module: ModuleType) -> None:
     module.get_max_memory = get_max_memory
 
 
-# ---- G1: device_map="auto" says how much went where ------------------------------------
+# ---- auto_device_map_loads_on_cpu: device_map="auto" says how much went where ------------------------------------
 def auto_offload_report(module: ModuleType) -> None:
     """transformers.modeling_utils: one warning with the bytes placed on the chip and offloaded to CPU/disk."""
     original = module._get_device_map
@@ -92,7 +92,7 @@ def _report_placement(model: Any, requested: str, device_map: dict, max_memory: 
     )
 
 
-# ---- G3: no whole-model allocator warm-up on TPU ---------------------------------------
+# ---- allocator_warmup_takes_the_whole_model: no whole-model allocator warm-up on TPU ---------------------------------------
 def skip_allocator_warmup(module: ModuleType) -> None:
     """transformers.modeling_utils: the warm-up allocates the model's whole size at once; skip it for tpu."""
     original = module.caching_allocator_warmup
@@ -107,7 +107,7 @@ def skip_allocator_warmup(module: ModuleType) -> None:
     module.caching_allocator_warmup = caching_allocator_warmup
 
 
-# ---- G11: CompileConfig defaults that suit TPU -----------------------------------------
+# ---- compile_config_defaults_to_inductor: CompileConfig defaults that suit TPU -----------------------------------------
 def compile_config_for_tpu(module: ModuleType) -> None:
     """transformers.modeling_utils: an explicit ``CompileConfig()`` keeps inductor/reduce-overhead, which TPU
     refuses; on tpu those class defaults become ``backend="tpu", mode="default", dynamic=False``."""
@@ -127,7 +127,7 @@ def compile_config_for_tpu(module: ModuleType) -> None:
     cls.get_compiled_call = get_compiled_call
 
 
-# ---- G18: memory queries see the chip ----------------------------------------------------
+# ---- no_tpu_memory_accounting: memory queries see the chip ----------------------------------------------------
 def _tpu_memory_breakdown(original: Any) -> Any:
     @functools.wraps(original)
     def get_device_and_memory_breakdown():
@@ -182,7 +182,7 @@ def pipeline_default_device(module: ModuleType) -> None:
     module.Pipeline.__init__ = _pipeline_init(module.Pipeline.__init__)
 
 
-# ---- P2: `transformers env` names the TPU ---------------------------------------------------
+# ---- transformers_env_omits_the_tpu: `transformers env` names the TPU ---------------------------------------------------
 def _tpu_rows(info: dict[str, Any]) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -250,14 +250,14 @@ def trainer_batches_at_fixed_shapes(module: ModuleType) -> Callable[[], None]:
 
 
 PATCHES: tuple[Fix, ...] = (
-    Fix.patch("G2", "transformers.integrations.accelerate", max_memory_tpu_keys),
-    Fix.patch("G1", "transformers.modeling_utils", auto_offload_report),
-    Fix.patch("G3", "transformers.modeling_utils", skip_allocator_warmup),
-    Fix.patch("G11", "transformers.modeling_utils", compile_config_for_tpu),
-    Fix.patch("G18", "transformers.generation.continuous_batching.utils", memory_breakdown_utils),
-    Fix.patch("G18", "transformers.generation.continuous_batching.cache", memory_breakdown_cache),
-    Fix.patch("P1", "transformers.pipelines.base", pipeline_default_device),
-    Fix.patch("P2", "transformers.cli.system", environment_names_the_tpu),
+    Fix.patch("max_memory_rejects_tpu_keys", "transformers.integrations.accelerate", max_memory_tpu_keys),
+    Fix.patch("auto_device_map_loads_on_cpu", "transformers.modeling_utils", auto_offload_report),
+    Fix.patch("allocator_warmup_takes_the_whole_model", "transformers.modeling_utils", skip_allocator_warmup),
+    Fix.patch("compile_config_defaults_to_inductor", "transformers.modeling_utils", compile_config_for_tpu),
+    Fix.patch("no_tpu_memory_accounting", "transformers.generation.continuous_batching.utils", memory_breakdown_utils),
+    Fix.patch("no_tpu_memory_accounting", "transformers.generation.continuous_batching.cache", memory_breakdown_cache),
+    Fix.patch("pipeline_default_device_not_tpu", "transformers.pipelines.base", pipeline_default_device),
+    Fix.patch("transformers_env_omits_the_tpu", "transformers.cli.system", environment_names_the_tpu),
     Fix.default("transformers.generation.utils", generate_at_fixed_shapes, off="HF_TPU_GENERATE_BUCKETS=0"),
     Fix.default("transformers.trainer", trainer_batches_at_fixed_shapes, off="HF_TPU_TRAIN_BUCKETS=0"),
 )

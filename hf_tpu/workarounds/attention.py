@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Wrapped
 
 DIFFERENTIABLE_MASK = "attention_math_for_differentiable_mask"
@@ -98,3 +99,14 @@ def _disable(name: str) -> None:
 def fix(name: str) -> tuple[Any, Any]:
     """``(apply, revert)`` for one of the three parts."""
     return (lambda: _enable(name)), (lambda: _disable(name))
+
+
+_SDPA = "torch.nn.functional.scaled_dot_product_attention (tpu tensors)"
+WORKAROUNDS = (
+    Fix.workaround(FULLY_MASKED_ROWS, "fully_masked_attention_row", _SDPA,
+                   "query rows masked everywhere come back as zeros, as on CPU and CUDA", *fix(FULLY_MASKED_ROWS)),
+    Fix.workaround(DIFFERENTIABLE_MASK, "differentiable_attention_mask", _SDPA,
+                   "a mask that requires grad takes the math path, which differentiates it", *fix(DIFFERENTIABLE_MASK)),
+    Fix.workaround(AT_HIGHEST, "attention_precision", _SDPA,
+                   "float32 attention at precision 'highest' takes the math path, which honours it", *fix(AT_HIGHEST)),
+)  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Kernels, on_cpu
 
 _kernels = Kernels()
@@ -26,3 +27,15 @@ def apply() -> None:
 
 def revert() -> None:
     _kernels.remove()
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "cholesky_on_cpu",
+        "cholesky",
+        "aten::linalg_cholesky_ex, cholesky, cholesky_inverse (tpu kernels)",
+        __doc__,
+        apply,
+        revert,
+    ),
+)

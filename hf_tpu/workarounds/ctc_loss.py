@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Kernels, on_cpu
 
 _kernels = Kernels()
@@ -38,3 +39,10 @@ def apply() -> None:
 def revert() -> None:
     _kernels.remove()
     _composite.remove()
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "ctc_loss_on_cpu", "ctc_loss", "aten::_ctc_loss, aten::_ctc_loss_backward (tpu kernels)", __doc__, apply, revert
+    ),
+)

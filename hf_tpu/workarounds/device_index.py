@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Patch
 
 
@@ -46,3 +47,10 @@ def apply() -> None:
 def revert() -> None:
     _tensor.revert()
     _module.revert()
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "int_device_means_that_chip", "device_index", "torch.Tensor.to, torch.nn.Module.to", __doc__, apply, revert
+    ),
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from hf_tpu.fixes import Fix
 from hf_tpu.plumbing.chips import tpu_vfio_paths
 
 
@@ -54,3 +55,10 @@ def apply() -> None:
 
 def revert() -> None:
     """Nothing to undo: the check only warns."""
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "device_sharing_names_the_holder", "device_sharing", "a warning at set-up (real TPU)", __doc__, apply, revert
+    ),
+)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Kernels
 
 _kernels = Kernels()
@@ -25,3 +26,8 @@ def apply() -> None:
 
 def revert() -> None:
     _kernels.remove()
+
+
+WORKAROUNDS = (
+    Fix.workaround("record_stream_noop", "record_stream", "aten::record_stream (tpu kernel)", __doc__, apply, revert),
+)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Patch
 
 
@@ -92,3 +93,16 @@ def apply(module: ModuleType) -> None:
 def revert() -> None:
     for patch in (_load_file, _torch_safe_open, _safe_open):
         patch.revert()
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "safetensors_load_to_tpu",
+        "safetensors_device",
+        "safetensors.safe_open, safetensors.torch.load_file",
+        __doc__,
+        apply,
+        revert,
+        trigger="safetensors.torch",
+    ),
+)

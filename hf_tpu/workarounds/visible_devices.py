@@ -12,6 +12,7 @@ import warnings
 import torch
 
 from hf_tpu import settings
+from hf_tpu.fixes import Fix
 
 
 def apply() -> None:
@@ -34,3 +35,8 @@ def apply() -> None:
 
 def revert() -> None:
     """Nothing to undo: the check only warns."""
+
+
+WORKAROUNDS = (
+    Fix.workaround("visible_devices_warning", "visible_devices", "a warning at set-up", __doc__, apply, revert),
+)

@@ -1,5 +1,5 @@
-"""accelerate (and Trainer through it) on the emulated TPU: checkpoints keep the device RNG (patch A1), the
-compile switches select the "tpu" backend (A2)."""
+"""accelerate (and Trainer through it) on the emulated TPU: checkpoints keep the device RNG (patch checkpoint_rng_misses_the_tpu), the
+compile switches select the "tpu" backend (compile_backend_tpu_refused)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""accelerate and Trainer across emulated TPU chips (patch A3): a real distributed run, equal to one process.
+"""accelerate and Trainer across emulated TPU chips (patch accelerate_runs_one_process_per_host): a real distributed run, equal to one process.
 
 Every run trains the same tiny Qwen3 for 4 steps of a global batch of 8 (`multi_chip_worker.py`): once in one
 process on one chip, then on two chips with each rank given half of each batch, launched three ways
-(`hf-tpu launch`, `accelerate launch`, `notebook_launcher`). Without A3 every rank ran alone on all of the data
+(`hf-tpu launch`, `accelerate launch`, `notebook_launcher`). Without accelerate_runs_one_process_per_host every rank ran alone on all of the data
 (DistributedType.NO, world size 1): the world size, the data split and the weights below all catch that.
 """
 

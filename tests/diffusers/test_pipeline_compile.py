@@ -1,4 +1,4 @@
-"""The Diffusers TPU recipe: compile the denoiser with backend="tpu", reuse one graph per size (G12).
+"""The Diffusers TPU recipe: compile the denoiser with backend="tpu", reuse one graph per size (denoiser_inputs_recompile).
 
 Compiled images must equal eager ones within 1e-4 (Inductor reorders float32 sums); graph
 counts come from hf_tpu's recompile report, which reads Dynamo's own events.
@@ -53,7 +53,7 @@ def test_sd3_compile_pipeline_warm_up_then_no_recompiles(pipeline_dir):
 @pytest.mark.parametrize("name", ["flux", "qwenimage", pytest.param("sdxl", marks=pytest.mark.long)])
 def test_blog_recipe_one_graph_for_every_step(pipeline_dir, name):
     # The blog's line, on the denoiser only. SDXL passes `t` from `for t in timesteps` (a view whose
-    # storage offset moves each step; TorchTPU guards offsets): G12 clones it, else 1 graph per step.
+    # storage offset moves each step; TorchTPU guards offsets): denoiser_inputs_recompile clones it, else 1 graph per step.
     pipe = load(name, pipeline_dir(name)).to("tpu")
     denoiser = pipe.unet if name == "sdxl" else pipe.transformer
     eager = images(pipe, name, num_inference_steps=3)

@@ -1,4 +1,4 @@
-"""Pipelines on the emulated TPU: placement, offloading, generators and dtypes (gaps G5, G22, D14).
+"""Pipelines on the emulated TPU: placement, offloading, generators and dtypes (gaps device_map_tpu_unknown_at_import, balanced_device_map_loads_on_cpu, device_backend_names_hidden).
 
 Reference images come from the same pipeline loaded on CPU; the device runs the same CPU
 kernels, so eager images must agree to float32 rounding (atol 1e-5 on pixels in [0, 1]).
@@ -42,7 +42,7 @@ def test_pipeline_on_tpu_equals_cpu(pipeline_dir, name):
 
 @pytest.mark.parametrize("device_map", ["tpu", "tpu:0", "balanced"])
 def test_pipeline_device_map(pipeline_dir, sd3_reference, device_map):
-    # G22: "balanced" used to leave everything on CPU; accelerate >= 1.16 sizes the chip through
+    # balanced_device_map_loads_on_cpu: "balanced" used to leave everything on CPU; accelerate >= 1.16 sizes the chip through
     # torch.accelerator, so it needs no patch now (this test keeps it that way).
     pipe = load("sd3", pipeline_dir("sd3"), device_map=device_map)
     assert pipe.transformer.device == torch.device("tpu:0") and pipe.vae.device == torch.device("tpu:0")
@@ -64,7 +64,7 @@ def test_model_device_map_tpu(pipeline_dir):
 
 @pytest.mark.emulator_only("a device set up after the library was imported: an explicit hf_tpu.emulator.enable()")
 def test_device_map_tpu_when_diffusers_came_first(pipeline_dir):
-    # G5: diffusers freezes its accepted device maps at import; the TPU came up afterwards.
+    # device_map_tpu_unknown_at_import: diffusers freezes its accepted device maps at import; the TPU came up afterwards.
     code = f"""
         import diffusers
         import hf_tpu.emulator
@@ -78,7 +78,7 @@ def test_device_map_tpu_when_diffusers_came_first(pipeline_dir):
 
 
 def test_device_proxy_goes_through_torch_accelerator():
-    # D14: diffusers' TorchDeviceBackend forwards to torch.tpu, whose synchronize/device_count/
+    # device_backend_names_hidden: diffusers' TorchDeviceBackend forwards to torch.tpu, whose synchronize/device_count/
     # current_stream are internal to TorchTPU (the emulator raises as TorchTPU does).
     from diffusers.utils import torch_utils
 

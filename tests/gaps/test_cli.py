@@ -138,5 +138,5 @@ def test_fixes_lists_every_patch_and_workaround_with_its_state():
             state = "waiting:" if gap.component == "safetensors" else "applied"
             state = state if present(gap.name)[0] and gap.needs_chips == 1 else "skipped:"
             assert rows[gap.workaround][1:4] == ["workaround", gap.name, state], rows[gap.workaround]
-    assert rows["max_memory_tpu_keys"][1:4] == ["patch", "G2", "waiting:"]
+    assert rows["max_memory_tpu_keys"][1:4] == ["patch", "max_memory_rejects_tpu_keys", "waiting:"]
     assert "patches" in proc.stdout.splitlines()[0]

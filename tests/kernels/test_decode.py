@@ -1,4 +1,4 @@
-"""Decoding keeps "tokamax_ragged_dot" (G10: generate() swaps only grouped_mm, for batched_mm), and compiled
+"""Decoding keeps "tokamax_ragged_dot" (moe_default_grouped_mm: generate() swaps only grouped_mm, for batched_mm), and compiled
 decoding with a static cache compiles once: 0 recompiles per step and per call."""
 
 from __future__ import annotations

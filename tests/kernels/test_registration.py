@@ -1,5 +1,5 @@
-""" "tokamax_ragged_dot" is registered with no user code (G9), the kernel loads offline in kernels' layout (G14,
-G16), and the blog's explicit registration still works. Fresh processes: registration order is the point."""
+""" "tokamax_ragged_dot" is registered with no user code (ragged_dot_experts_not_registered), the kernel loads offline in kernels' layout (kernels_cannot_see_the_tpu,
+hub_kernels_need_the_network), and the blog's explicit registration still works. Fresh processes: registration order is the point."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_no_tpu_means_upstream_behaviour():
 
 
 def test_kernels_picks_tpu_builds_on_the_emulated_tpu():
-    # G14: without torch.backends.tpu, kernels would refuse the build/torch-tpu variant ("system backend cpu").
+    # kernels_cannot_see_the_tpu: without torch.backends.tpu, kernels would refuse the build/torch-tpu variant ("system backend cpu").
     assert importlib.import_module(BACKENDS)._backend().name == "tpu"
 
 
@@ -108,7 +108,7 @@ def test_ragged_dot_op_matches_per_group_matmuls():
 @pytest.mark.long
 def test_blog_snippet_offline_registers_again(qwen3_moe_dir):
     # The blog: get_kernel(repo, version=1, trust_remote_code=...) then ALL_EXPERTS_FUNCTIONS.register(...).
-    # Offline with no Hub cache, hf-tpu serves the shipped copy (G16; kernels.load, or kernels._internals.load from
+    # Offline with no Hub cache, hf-tpu serves the shipped copy (hub_kernels_need_the_network; kernels.load, or kernels._internals.load from
     # kernels 0.19); re-registering the name is harmless; the logits are the eager experts'.
     out = check(
         run_python(

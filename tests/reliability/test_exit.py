@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from hf_tpu.gaps.probes import EXIT_RACE_CHILD
+from hf_tpu.gaps.known.autograd_exit_abort import EXIT_RACE_CHILD
 
 pytestmark = pytest.mark.emulator_only(
     "torch's autograd device worker and its exit race: the emulated device runs backward on it, TorchTPU does not"

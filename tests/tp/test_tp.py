@@ -87,7 +87,7 @@ def test_too_large_model_fails_on_one_chip_with_oom(models_dir):
 
 
 def test_tp_plan_auto_without_launch_says_so(models_dir, monkeypatch):
-    """G6: upstream silently uses tp_size=1 outside a launch; on TPU it is an error naming the launcher."""
+    """tp_plan_without_a_launch: upstream silently uses tp_size=1 outside a launch; on TPU it is an error naming the launcher."""
     from transformers import AutoModelForCausalLM
     from transformers.distributed import DistributedConfig
 

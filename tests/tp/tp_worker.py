@@ -102,7 +102,7 @@ def check_llama() -> None:
 
 
 def check_auto_device_map() -> None:
-    """tp_plan="auto" with device_map="tpu": the map names this rank's chip, so it works (G6/upstream conflict)."""
+    """tp_plan="auto" with device_map="tpu": the map names this rank's chip, so it works (tp_plan_without_a_launch/upstream conflict)."""
     import warnings
 
     with warnings.catch_warnings():
@@ -124,7 +124,7 @@ def check_auto_device_map() -> None:
 
 
 def check_topology_mesh() -> None:
-    """G7: the TP mesh follows torch.tpu.distributed.topology_aware_mesh (here: reversed rank order)."""
+    """tp_mesh_not_topology_aware: the TP mesh follows torch.tpu.distributed.topology_aware_mesh (here: reversed rank order)."""
     original = torch.tpu.distributed.topology_aware_mesh
     calls = []
 
@@ -242,7 +242,7 @@ def check_diffusers() -> None:
         assert copied <= 1.05 * goal and peak <= 1.1 * goal, (copied, peak, goal)
         out = model(**inputs("tpu")).sample
         torch.testing.assert_close(out.cpu(), ref(name)["sample"], atol=ATOL, rtol=RTOL)
-        # G20: the same chip as transformers picks (one chip per process, index current_device_index()).
+        # tp_device_index_differs: the same chip as transformers picks (one chip per process, index current_device_index()).
         assert model._parallel_config._device == torch.device("tpu", torch.accelerator.current_device_index())
         ok(f"diffusers_{name}", f"copied={copied} peak={peak} goal={goal:.0f}")
     # enable_parallelism on a model already on the chip
@@ -255,7 +255,7 @@ def check_diffusers() -> None:
 
 
 def check_g20_device_count() -> None:
-    """G20: even if a process saw several chips, diffusers' TP device is the chip transformers binds."""
+    """tp_device_index_differs: even if a process saw several chips, diffusers' TP device is the chip transformers binds."""
     from diffusers import SD3Transformer2DModel, TensorParallelConfig
 
     original = torch.accelerator.device_count

@@ -1,4 +1,4 @@
-"""generate() on the TPU: CPU's tokens, compiled decoding without recompiles (G11), bucketing, a user-compiled forward.
+"""generate() on the TPU: CPU's tokens, compiled decoding without recompiles (compile_config_defaults_to_inductor), bucketing, a user-compiled forward.
 
 Token-for-token equality with CPU needs float32 matmuls (precision "highest"): at TorchTPU's default a
 tiny random model's near-tied logits flip under bfloat16 rounding, on a chip as here.
@@ -64,7 +64,7 @@ def test_static_cache_compiles_once_across_steps_and_calls(models, qwen3_dir):
 
 
 def test_explicit_compile_config_suits_tpu(models):
-    # G11: CompileConfig() defaults to inductor/reduce-overhead, which TPU refuses; it must just work.
+    # compile_config_defaults_to_inductor: CompileConfig() defaults to inductor/reduce-overhead, which TPU refuses; it must just work.
     cpu, tpu = models
     ids = prompt(5)
     out = tpu.generate(

@@ -1,4 +1,4 @@
-"""Loading respects device memory: no whole-model warm-up (G3), failures leave nothing behind."""
+"""Loading respects device memory: no whole-model warm-up (allocator_warmup_takes_the_whole_model), failures leave nothing behind."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_model_larger_than_hbm_fails_with_oom_and_frees_everything(qwen3_dir):
             transformers.AutoModelForCausalLM.from_pretrained({str(qwen3_dir)!r}, device_map="tpu")
         except torch.OutOfMemoryError as err:
             print("OOM", str(err).splitlines()[0])
-        # transformers' loader threads may still finish a copy or two after the error reaches us (G4);
+        # transformers' loader threads may still finish a copy or two after the error reaches us (concurrent_loading_copies);
         # those tensors are dropped as they finish: wait for them, up to 10 s.
         import time
         for _ in range(100):

@@ -1,4 +1,4 @@
-"""transformers' pipeline() on TPU (patch P1): the chip by default, as CUDA; a model already there stays."""
+"""transformers' pipeline() on TPU (patch pipeline_default_device_not_tpu): the chip by default, as CUDA; a model already there stays."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""device_map and max_memory with a "tpu" device (gaps G1, G2, G5)."""
+"""device_map and max_memory with a "tpu" device (gaps auto_device_map_loads_on_cpu, max_memory_rejects_tpu_keys, device_map_tpu_unknown_at_import)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_everything_on_the_chip_when_it_fits(qwen3_dir, device_map):
 
 @pytest.mark.usefixtures("float32_matmuls")  # offloading must not change the logits beyond float32 rounding
 def test_max_memory_with_tpu_key_offloads_and_says_how_much(qwen3_dir):
-    # G2: upstream rejects "tpu:0" keys. G1: the split is reported once, with sizes.
+    # max_memory_rejects_tpu_keys: upstream rejects "tpu:0" keys. auto_device_map_loads_on_cpu: the split is reported once, with sizes.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -42,7 +42,7 @@ def test_plain_cpu_models_are_untouched(qwen3_dir):
 
 
 def test_transformers_imported_before_torch_works():
-    # G5: the autoload entry point runs inside `import torch`, which transformers triggers itself.
+    # device_map_tpu_unknown_at_import: the autoload entry point runs inside `import torch`, which transformers triggers itself.
     code = """
         import tempfile
         import transformers

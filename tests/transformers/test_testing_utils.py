@@ -1,4 +1,4 @@
-"""transformers' own test utilities on the emulated TPU (TRANSFORMERS_TEST_DEVICE=tpu) and memory queries (G18)."""
+"""transformers' own test utilities on the emulated TPU (TRANSFORMERS_TEST_DEVICE=tpu) and memory queries (no_tpu_memory_accounting)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_transformers_testing_utils_pick_the_emulated_tpu():
 
 
 def test_continuous_batching_sizes_its_cache_from_hbm():
-    # G18: upstream falls back to host RAM numbers on TPU.
+    # no_tpu_memory_accounting: upstream falls back to host RAM numbers on TPU.
     from transformers.generation.continuous_batching import cache, utils
 
     for fn in (utils.get_device_and_memory_breakdown, cache.get_device_and_memory_breakdown):

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import calling_like, tpu_compile_hooks
 
 NAME = "compiled_graphs_take_cpu_inputs"
@@ -61,3 +62,10 @@ def apply() -> None:
 
 def revert() -> None:
     tpu_compile_hooks.remove(NAME)
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        NAME, "cpu_tensor_into_compiled_graph", "the callable the 'tpu' compile backend returns", __doc__, apply, revert
+    ),
+)

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from hf_tpu.fixes import Fix
+
 _state = threading.Lock()  # guards the engine swap in apply/revert; nothing under it imports or calls out
 _ran_backward = False
 _installed = False
@@ -83,3 +85,15 @@ def revert() -> None:
             if module.__name__ in _originals:
                 module._engine_run_backward = _originals.pop(module.__name__)
         _ran_backward = False
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "autograd_drained_at_exit",
+        "autograd_exit_abort",
+        "torch.autograd's backward entry point, and an atexit hook",
+        __doc__,
+        apply,
+        revert,
+    ),
+)

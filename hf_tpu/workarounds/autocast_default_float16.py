@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from hf_tpu.fixes import Fix
+
 
 def apply() -> None:
     torch.set_autocast_dtype("tpu", torch.bfloat16)
@@ -17,3 +19,15 @@ def apply() -> None:
 
 def revert() -> None:
     torch.set_autocast_dtype("tpu", torch.float16)
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "autocast_defaults_to_bfloat16",
+        "autocast_default_float16",
+        "torch's autocast dtype for device 'tpu'",
+        __doc__,
+        apply,
+        revert,
+    ),
+)

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Patch
 
 
@@ -50,3 +51,15 @@ def _wrap(interpolate: Any) -> Any:
 _patch = Patch(F, "interpolate", _wrap)
 apply = _patch.apply
 revert = _patch.revert
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "interpolate_same_size_is_a_copy",
+        "interpolate_same_size",
+        "torch.nn.functional.interpolate",
+        __doc__,
+        apply,
+        revert,
+    ),
+)

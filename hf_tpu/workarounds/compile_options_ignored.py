@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import tpu_compile_hooks
 
 NAME = "unknown_compile_options_warn"
@@ -37,3 +38,10 @@ def apply() -> None:
 
 def revert() -> None:
     tpu_compile_hooks.remove(NAME)
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        NAME, "compile_options_ignored", "torch.compile(backend='tpu', options=...)", __doc__, apply, revert
+    ),
+)

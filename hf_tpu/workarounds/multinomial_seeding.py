@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Kernels
 
 _kernels = Kernels()
@@ -52,3 +53,10 @@ def apply() -> None:
 
 def revert() -> None:
     _kernels.remove()
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "seeded_multinomial", "multinomial_seeding", "aten::multinomial (tpu kernel)", __doc__, apply, revert
+    ),
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Kernels
 
 _kernels = Kernels()
@@ -33,3 +34,15 @@ def apply() -> None:
 
 def revert() -> None:
     _kernels.remove()
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "tpu_cpu_shallow_copy",
+        "weight_tying",
+        "aten::_has_compatible_shallow_copy_type (tpu kernel)",
+        __doc__,
+        apply,
+        revert,
+    ),
+)

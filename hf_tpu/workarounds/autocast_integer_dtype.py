@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Patch
 
 _FLOATING = (torch.bfloat16, torch.float16, torch.float32)
@@ -31,3 +32,15 @@ def _checked(original: Any) -> Any:
 
 _patch = Patch(torch.amp.autocast_mode.autocast, "__init__", _checked)
 apply, revert = _patch.apply, _patch.revert
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "autocast_floating_dtypes_only",
+        "autocast_integer_dtype",
+        "torch.autocast (device 'tpu')",
+        __doc__,
+        apply,
+        revert,
+    ),
+)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Patch
 
 
@@ -44,3 +45,15 @@ def _wrap(avg_pool1d: Any) -> Any:
 _patch = Patch(F, "avg_pool1d", _wrap)
 apply = _patch.apply
 revert = _patch.revert
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "avg_pool1d_through_2d",
+        "avg_pool1d_gradient",
+        "torch.nn.functional.avg_pool1d (tpu tensors)",
+        __doc__,
+        apply,
+        revert,
+    ),
+)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from hf_tpu.fixes import Fix
 from hf_tpu.workarounds._tools import Patch
 
 
@@ -50,3 +51,15 @@ def _wrap(getitem: Any) -> Any:
 _patch = Patch(torch.Tensor, "__getitem__", _wrap)
 apply = _patch.apply
 revert = _patch.revert
+
+
+WORKAROUNDS = (
+    Fix.workaround(
+        "boolean_mask_to_indices",
+        "boolean_mask_indexing",
+        "torch.Tensor.__getitem__ (tpu tensors)",
+        __doc__,
+        apply,
+        revert,
+    ),
+)
