@@ -3,7 +3,7 @@
 Three kinds, one record type:
 
 - **patches** close a gap in an upstream library's TPU support (transformers, diffusers, kernels,
-  accelerate; ids auto_device_map_loads_on_cpu..G22 from the upstream reference). Each applies when its module is imported, and
+  accelerate; each names its upstream gap in words: ``max_memory_rejects_tpu_keys``, ...). Each applies when its module is imported, and
   re-checks that the device is a TPU, so CPU/CUDA users of the same process keep upstream behaviour.
 - **workarounds** close a gap of the TPU backend itself (``hf_tpu.gaps``). Each is installed only while
   the backend has the gap (what ``hf-tpu gaps`` last measured here, else the gap table), on a real and

@@ -1,4 +1,4 @@
-"""One small patch per upstream gap (ids from the hf_upstream_tpu reference), applied on import.
+"""One small patch per upstream gap, named for what it fixes, applied on import.
 
 Each patch checks that the device is a TPU before changing anything, so CPU/CUDA users of
 the same process see upstream behaviour. Each has a test in tests/diffusers that fails without it.

@@ -1,4 +1,4 @@
-"""Register the emulated device with torch, in TorchTPU's order (reference §1.6)."""
+"""Register the emulated device with torch, in TorchTPU's order (its ``torch_tpu/_loader.py``)."""
 
 from __future__ import annotations
 

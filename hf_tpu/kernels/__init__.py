@@ -1,7 +1,7 @@
 """MoE experts on TPU: ``experts_implementation="tokamax_ragged_dot"`` with no user code, and kernels on TPU.
 
 hf-tpu ships the ``ragged-dot-tpu`` kernel in kernels' layout (``ragged_dot_tpu/build/torch-tpu/``) and loads it
-offline with ``kernels.get_local_kernel``. Patches, one per upstream gap (ids from the hf_upstream_tpu reference):
+offline with ``kernels.get_local_kernel``. Patches, one per upstream gap:
 
 - ragged_dot_experts_not_registered: ``"tokamax_ragged_dot"`` is in ``ALL_EXPERTS_FUNCTIONS`` as soon as transformers' MoE module is imported, so
   ``from_pretrained(..., experts_implementation="tokamax_ragged_dot")`` validates; the kernel loads on first call.

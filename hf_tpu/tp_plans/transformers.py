@@ -1,4 +1,4 @@
-"""Tensor parallelism in transformers on TPU: one patch per upstream gap (ids from hf_upstream_tpu §7).
+"""Tensor parallelism in transformers on TPU: one patch per upstream gap.
 
 Installed on TPU processes only (real or emulated), and each patch also checks that the accelerator is
 "tpu", so a CPU/CUDA model in the same process sees upstream behaviour.

@@ -42,7 +42,7 @@ def test_tensor_and_module_methods():
     assert m.weight.device.type == "tpu"
 
 
-# TorchTPU 0.2.0's 30 public names (../shared/reference/torch_tpu_api.md section 2.2), written out here so the
+# TorchTPU 0.2.0's 30 public names (the torch-tpu 0.2.0 wheel's ``torch_tpu.device`` module, ``__all__``), written out here so the
 # test does not take them from the code it checks.
 TORCH_TPU_PUBLIC_NAMES = {
     "is_available", "device_count", "current_device", "set_device", "synchronize", "set_stream",
