@@ -32,8 +32,6 @@ PACKAGES = (
     "safetensors",
     "huggingface_hub",
 )
-# TorchTPU's hardware table (PCI device id -> generation), as in torch-tpu 0.2.0.
-PCI_GENERATIONS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7"}
 
 
 def _version(name: str) -> str:
@@ -44,10 +42,14 @@ def _version(name: str) -> str:
 
 
 def _chips() -> list[dict[str, str]]:
-    from hf_tpu.plumbing.chips import tpu_chips
+    from hf_tpu.plumbing.chips import GENERATIONS, tpu_chips
 
     return [
-        {"vfio": path, "pci_id": pci_id, "generation": PCI_GENERATIONS.get(pci_id, "unknown")}
+        {
+            "vfio": path,
+            "pci_id": pci_id,
+            "generation": next((g.key for g in GENERATIONS.values() if g.pci_id == pci_id), "unknown"),
+        }
         for path, pci_id in tpu_chips()
     ]
 
@@ -143,7 +145,8 @@ def format_text(report: dict[str, Any]) -> str:
     lines += ["", "emulator core cache:"] + [f"  {k}: {v}" for k, v in cache.items()]
     lines += ["", "compile caches (a second process compiles nothing they hold):"]
     lines += [f"  {k}: {v}" for k, v in report["compile_caches"].items()]
-    lines += ["", "settings:"] + ([f"  {k}={v}" for k, v in report["settings"].items()] or ["  (none set)"])
+    lines += ["", "settings (set here; every variable hf-tpu reads: python -m hf_tpu.settings):"]
+    lines += [f"  {k}={v}  ({_about(k)})" for k, v in report["settings"].items()] or ["  (none set)"]
     lines += ["", "fixes (patches, workarounds and TPU defaults):"]
     for f in report["fixes"]:
         off = f"  (off: {f['off']})" if f["off"] else ""
@@ -204,3 +207,10 @@ def command(args: argparse.Namespace) -> int:
     report = collect()
     sys.stdout.write((json.dumps(report, indent=2) if args.json else format_text(report)) + "\n")
     return 0
+
+
+def _about(name: str) -> str:
+    """What the settings table says of a variable (its help, or why hf-tpu reads another's), else "not read"."""
+    if name in settings.BY_NAME:
+        return settings.BY_NAME[name].help
+    return settings.OTHERS.get(name, "not read by hf-tpu")

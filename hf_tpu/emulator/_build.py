@@ -29,18 +29,19 @@ from hf_tpu import settings
 from hf_tpu.plumbing.cache import BuildLock, cache_root, ensure_writable, file_digest
 
 _CSRC = Path(__file__).with_name("csrc")
-_SOURCES = (
-    "allocator.cpp",
-    "runtime.cpp",
-    "gaps.cpp",
-    "native_ops.cpp",
-    "fallback.cpp",
-    "unboxed_ops.cpp",
-    "numerics.cpp",
-    "attention.cpp",
-    "executables.cpp",
-    "bindings.cpp",
-)
+# Laid out by interface (csrc/core.h has the map): runtime/ (what torch asks of a device), aten/ (how ops run),
+# tpu/ (what makes it TorchTPU), and the Python module.
+_SOURCE_DIRS = ("runtime", "aten", "tpu")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for d in _SOURCE_DIRS for p in (_CSRC / d).glob("*.cpp")) + [_CSRC / "bindings.cpp"]
+
+
+def _headers() -> list[Path]:
+    return sorted(_CSRC.rglob("*.h"))
+
+
 _CFLAGS = ("-O2", "-fvisibility=hidden")
 _MANIFEST = "core.json"
 _WHAT = "the emulated TPU core"
@@ -87,9 +88,9 @@ def _sources_digest() -> str:
     import torch
 
     h = hashlib.sha256(f"{torch.__version__}\n{' '.join(_CFLAGS)}\n".encode())
-    for name in (*_SOURCES, "tpu_core.h", "aliases.h"):
-        h.update(name.encode())
-        h.update((_CSRC / name).read_bytes())
+    for path in (*_sources(), *_headers()):
+        h.update(str(path.relative_to(_CSRC)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -153,8 +154,9 @@ def _build(build_dir: Path, verbose: bool) -> ModuleType:
         start = time.perf_counter()
         module = cpp_extension.load(
             name=_extension_name(),
-            sources=[str(_CSRC / s) for s in _SOURCES],
+            sources=[str(path) for path in _sources()],
             extra_cflags=list(_CFLAGS),
+            extra_include_paths=[str(_CSRC)],
             build_directory=str(build_dir),
             verbose=verbose,
         )

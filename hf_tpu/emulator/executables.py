@@ -2,7 +2,7 @@
 
 TorchTPU compiles one XLA executable per eager op, keyed by the op, its arguments' shapes and dtypes and its
 scalar values (a greedy generate of 16 tokens with transformers' DynamicCache: 222 on the real wheel, 13.9 per
-token, since every step's cache has a new length). The core (``csrc/executables.cpp``) keys each device op the
+token, since every step's cache has a new length). The core (``csrc/tpu/executables.cpp``) keys each device op the
 same way and counts a new key as a compilation; this module adds the persistent part: with the compile cache on
 (``HF_TPU_COMPILE_CACHE``, default on) the keys outlive the process, as TorchTPU's tier-3 cache keeps its
 executables, so a second process running the same code compiles nothing. Measured against the real wheel by

@@ -1,33 +1,13 @@
-"""TPU generations the emulator can pretend to be, and parsing of HBM sizes."""
+"""The TPU generations the emulator can pretend to be (the chip table: ``hf_tpu.plumbing.chips``), and HBM sizes."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-GiB = 1 << 30
+from hf_tpu.plumbing.chips import GENERATIONS, Generation, GiB
 
+__all__ = ["DEFAULT_GENERATION", "GENERATIONS", "Generation", "GiB", "format_bytes", "get_generation", "parse_bytes"]
 
-@dataclass(frozen=True)
-class Generation:
-    """One TPU generation as TorchTPU 0.2.0 describes it (per device)."""
-
-    key: str
-    name: str
-    hbm_bytes: int
-    bf16_flops: float
-
-
-GENERATIONS: dict[str, Generation] = {
-    g.key: g
-    for g in (
-        Generation("v4", "TPU v4", 32 * GiB, 275e12),
-        Generation("v5e", "TPU v5e", 16 * GiB, 197e12),
-        Generation("v5p", "TPU v5p", 95 * GiB, 459e12),
-        Generation("v6e", "TPU v6e", 32 * GiB, 918e12),
-        Generation("v7", "TPU v7", 96 * GiB, 2307e12 / 2),
-    )
-}
 DEFAULT_GENERATION = "v6e"
 
 _UNITS = {

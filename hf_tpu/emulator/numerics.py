@@ -32,7 +32,7 @@ precision semantics, [hf] Hugging Face's TPU CI, [reading] our best reading, unc
    relative error]. The emulator computes what a bfloat16 flash kernel does: scores, softmax max and
    sum in float32, the probabilities rounded to bfloat16 before they multiply v, the output rounded
    to bfloat16 [reading: TorchTPU's kernel internals are not public]. Decode-sized calls compute it
-   in the core (``csrc/attention.cpp``), others run the CPU's bfloat16 flash kernel; the two agree up
+   in the core (``csrc/aten/attention.cpp``), others run the CPU's bfloat16 flash kernel; the two agree up
    to float32 summation order.
 5. ``torch.tpu.precision(mode)`` overrides the global setting for ops run inside it [doc], and is a
    graph break under ``torch.compile`` [doc: source]. The emulator keeps one process-wide stack, so

@@ -1,4 +1,5 @@
-"""The TPU chips of this host, found as TorchTPU finds them (PCI ids behind VFIO), and whether TorchTPU runs one.
+"""The TPU chips: each generation's numbers (the one chip table), the chips of this host, found as TorchTPU finds
+them (PCI ids behind VFIO), and whether TorchTPU runs one.
 
 The lowest layer of hf-tpu: it imports nothing of hf-tpu and no torch, so every layer above (the devices, the
 backend, the commands) may ask it, even inside ``import torch``.
@@ -10,9 +11,38 @@ import glob
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 
-# PCI device ids of TPU chips (vendor 0x1ae0, Google), as TorchTPU's hardware table lists them.
-_TPU_PCI_IDS = frozenset({"0x005e", "0x0062", "0x0063", "0x006f", "0x0076"})
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One TPU generation, per device as TorchTPU 0.2.0 shows it (a v7 chip is two devices of half each)."""
+
+    key: str
+    name: str
+    pci_id: str  # PCI device id (vendor 0x1ae0, Google), as TorchTPU's hardware table lists it
+    hbm_bytes: int
+    hbm_bandwidth: float  # bytes/s
+    bf16_flops: float
+    devices_per_chip: int = 1
+
+
+# Per chip as Google lists them (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e, /tpu7x: HBM, HBM bandwidth, peak
+# bf16 FLOP/s), divided among the devices TorchTPU shows per chip; the PCI ids are TorchTPU 0.2.0's.
+GENERATIONS: dict[str, Generation] = {
+    g.key: g
+    for g in (
+        Generation("v4", "TPU v4", "0x005e", 32 * GiB, 1200e9, 275e12),
+        Generation("v5e", "TPU v5e", "0x0063", 16 * GiB, 819e9, 197e12),
+        Generation("v5p", "TPU v5p", "0x0062", 95 * GiB, 2765e9, 459e12),
+        Generation("v6e", "TPU v6e", "0x006f", 32 * GiB, 1638e9, 918e12),
+        Generation("v7", "TPU v7", "0x0076", 96 * GiB, 7370e9 / 2, 2307e12 / 2, devices_per_chip=2),
+    )
+}
+SOURCE = "Google Cloud TPU system architecture pages (per chip: HBM, HBM bandwidth, peak bf16 FLOP/s)"
+_TPU_PCI_IDS = frozenset(g.pci_id for g in GENERATIONS.values())
 
 
 def _read(path: str) -> str:

@@ -307,7 +307,7 @@ def _unboxed_cases() -> dict[str, object]:
 @pytest.mark.emulator_only("the emulator core's unboxed kernels")
 @pytest.mark.usefixtures("float32_matmuls")  # the matmuls' default precision is test_numerics.py's
 def test_unboxed_ops_match_cpu():
-    """The ops a decode step runs most have unboxed kernels (hf_tpu/emulator/csrc/unboxed_ops.cpp): each
+    """The ops a decode step runs most have unboxed kernels (hf_tpu/emulator/csrc/aten/unboxed_ops.cpp): each
     gives the CPU's result on the device, for views, broadcasting, CPU scalars, promotion and in place."""
     from hf_tpu.emulator import _build
 

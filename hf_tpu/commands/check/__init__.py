@@ -18,17 +18,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hf_tpu.commands.check.toy import auto_class
+from hf_tpu.plumbing.chips import GENERATIONS, SOURCE
 
 GB = 1000**3
-# Per chip as Google lists them (cloud.google.com/tpu/docs/v5e, /v5p, /v6e, /tpu7x): HBM capacity, HBM
-# bandwidth, peak bf16 FLOP/s. v7 counts one chip (TorchTPU shows it as two devices of half each).
+# Per chip (TorchTPU shows a v7 chip as two devices of half each), from the one chip table.
 CHIPS: dict[str, dict[str, float]] = {
-    "v5e": {"hbm": 16 * GB, "bandwidth": 819 * GB, "bf16_flops": 197e12},
-    "v5p": {"hbm": 95 * GB, "bandwidth": 2765 * GB, "bf16_flops": 459e12},
-    "v6e": {"hbm": 32 * GB, "bandwidth": 1638 * GB, "bf16_flops": 918e12},
-    "v7": {"hbm": 192 * GB, "bandwidth": 7370 * GB, "bf16_flops": 2307e12},
+    g.key: {
+        "hbm": g.hbm_bytes * g.devices_per_chip,
+        "bandwidth": g.hbm_bandwidth * g.devices_per_chip,
+        "bf16_flops": g.bf16_flops * g.devices_per_chip,
+    }
+    for g in GENERATIONS.values()
 }
-CHIP_SOURCE = "Google Cloud TPU system architecture pages (per chip: HBM, HBM bandwidth, peak bf16 FLOP/s)"
+CHIP_SOURCE = SOURCE
 DEGREES = (1, 2, 4, 8)
 # What the chip needs beyond weights and KV cache: activations, compiler workspace, runtime. Stated, not measured.
 MARGIN_FRACTION, MARGIN_BYTES = 0.10, 1 * GB

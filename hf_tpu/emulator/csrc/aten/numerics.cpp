@@ -10,7 +10,13 @@
 //     the contracting dimension ([a_hi, a_lo] . [b_hi + b_lo; b_hi]).
 //   HIGHEST ("highest"): float32 (the CPU kernel as is).
 // bf16/fp16 operands are left to the CPU kernels, which accumulate in float32 as the MXU does.
-#include "tpu_core.h"
+#include "aten/numerics.h"
+#include "aten/attention.h"
+#include "aten/fallback.h"
+#include "aten/tensors.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "tpu/gaps.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/SmallVector.h>

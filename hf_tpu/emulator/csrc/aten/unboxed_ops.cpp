@@ -5,8 +5,13 @@
 //
 // Only ops with no gap check belong here, and no numerics rule but the matmuls' (register_unboxed_kernels
 // asserts it).
-#include "aliases.h"
-#include "tpu_core.h"
+#include "aten/aliases.h"
+#include "aten/fallback.h"
+#include "aten/numerics.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "tpu/executables.h"
+#include "tpu/gaps.h"
 
 #include <ATen/Operators.h>
 #include <torch/library.h>

@@ -2,7 +2,12 @@
 // kernels (unboxed_ops.cpp): CPU aliases of an op's device tensors, and its results back as device tensors.
 #pragma once
 
-#include "tpu_core.h"
+#include "aten/fallback.h"
+#include "aten/numerics.h"
+#include "aten/tensors.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "tpu/gaps.h"
 
 #include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>

@@ -1,6 +1,13 @@
 // Native kernels: the ops that create, view, resize and copy device memory. Everything
 // else goes through the boxed fallback (fallback.cpp), which needs exactly these.
-#include "tpu_core.h"
+#include "aten/attention.h"
+#include "aten/fallback.h"
+#include "aten/tensors.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "tpu/executables.h"
+#include "tpu/gaps.h"
+#include "tpu/tracking.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>

@@ -4,7 +4,10 @@
 // compiled, so `torch.tpu._get_cache_stats()` answers as on a chip: measured against the real wheel on
 // XLA:CPU by bench/compile_counts.py. Keys a previous process saved (TorchTPU's persistent cache, modelled)
 // are hits, not compilations.
-#include "tpu_core.h"
+#include "tpu/executables.h"
+#include "aten/fallback.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
 
 #include <mutex>
 #include <unordered_set>

@@ -1,9 +1,11 @@
 // TorchTPU's known gaps, reproduced the way a user meets them (the catalogue with evidence and
-// TorchTPU versions is hf_tpu/gaps/__init__.py; the profile decides which are on), and the operators it refuses.
+// TorchTPU versions are the records in hf_tpu/gaps/known/; the profile decides which are on), and the operators it refuses.
 //
 // Where TorchTPU aborts the process, the emulator raises a RuntimeError saying so, or really
 // aborts with HF_TPU_EMULATOR_GAPS=abort (so harness tests can check that an abort is contained).
-#include "tpu_core.h"
+#include "tpu/gaps.h"
+#include "aten/fallback.h"
+#include "aten/numerics.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/stack.h>

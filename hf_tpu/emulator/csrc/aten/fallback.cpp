@@ -1,8 +1,13 @@
 // The boxed fallback: every aten op without a native kernel runs its CPU kernel on
 // zero-copy CPU aliases of the device tensors. In-place and out= results land in
 // device memory; fresh outputs are adopted as device tensors without a copy.
-#include "aliases.h"
-#include "tpu_core.h"
+#include "aten/fallback.h"
+#include "aten/aliases.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "runtime/generator.h"
+#include "tpu/executables.h"
+#include "tpu/gaps.h"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>

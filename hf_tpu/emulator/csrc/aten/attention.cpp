@@ -10,7 +10,10 @@
 //    costs more than a decode step's attention itself;
 //  - longer queries (prefill, training) and the backward pass: the CPU's bfloat16 flash kernel, on q, k, v cast
 //    to bfloat16.
-#include "tpu_core.h"
+#include "aten/attention.h"
+#include "aten/fallback.h"
+#include "aten/numerics.h"
+#include "tpu/gaps.h"
 
 #include <ATen/Parallel.h>
 

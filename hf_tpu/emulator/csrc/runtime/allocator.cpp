@@ -8,7 +8,13 @@
 // A chip is "opened" on its first allocation, as TorchTPU's runtime opens chips lazily:
 // with the device_sharing gap on, that takes an exclusive lock on the chip's file of the
 // emulated host, so a second process that opens a held chip fails as on a TPU VM.
-#include "tpu_core.h"
+#include "runtime/allocator.h"
+#include "aten/fallback.h"
+#include "aten/numerics.h"
+#include "aten/tensors.h"
+#include "runtime/device.h"
+#include "tpu/gaps.h"
+#include "tpu/tracking.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
