@@ -121,7 +121,7 @@ def test_patches_apply_when_accelerate_is_imported_before_torch():
         """
         import accelerate
         import hf_tpu.fixes
-        rows = [r for r in hf_tpu.fixes.report() if r["gap"].startswith("A") and r["target"].startswith("accel")]
+        rows = [r for r in hf_tpu.fixes.report() if r["kind"] == "patch" and r["target"].startswith("accel")]
         print({r["name"]: r["state"] for r in rows})
         """,
         env={"HF_TPU_EMULATE": "1"},
