@@ -108,8 +108,9 @@ def from_checkout(name: str, path: str | os.PathLike) -> Suite:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("HF_TPU_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hf-tpu")
-    return Path(base) / "ci" / "suites"
+    from hf_tpu.plumbing import cache
+
+    return cache.cache_root() / "ci" / "suites"
 
 
 def fetch(name: str, version: str | None = None, *, log=print) -> Suite:  # noqa: ANN001 (a callable)

@@ -34,10 +34,9 @@ class ContractEnvironmentError(RuntimeError):
 
 
 def cache_root() -> Path:
-    root = os.environ.get("HF_TPU_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hf-tpu"
-    )
-    return Path(root) / "contract"
+    from hf_tpu.plumbing import cache
+
+    return cache.cache_root() / "contract"
 
 
 def directory() -> Path:
