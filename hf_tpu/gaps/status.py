@@ -15,9 +15,6 @@ from pathlib import Path
 from hf_tpu import settings
 from hf_tpu.gaps import get
 
-_ON = ("", "1", "true", "yes", "on")
-_OFF = ("0", "false", "no", "off")
-
 
 def workarounds_enabled() -> bool:
     """``HF_TPU_WORKAROUNDS``: on unless ``0``."""

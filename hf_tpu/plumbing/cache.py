@@ -17,8 +17,6 @@ from pathlib import Path
 
 from hf_tpu import settings
 
-DEFAULT_BUILD_TIMEOUT = 1800.0
-
 
 def cache_root() -> Path:
     """``$HF_TPU_CACHE``, else ``$XDG_CACHE_HOME/hf-tpu``, else ``~/.cache/hf-tpu``."""
